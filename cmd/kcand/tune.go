@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/kcand/kcand/host"
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+)
+
+func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tune", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c commonFlags
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	h, err := c.open(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	requests := demoRequests(h.Device().Kind())
+	fmt.Fprintf(stdout, "tuning %d demo requests on %s (%s) with %d plugins\n", len(requests), h.Device().Kind(), h.Hardware().Name, len(h.Manager().Plugins()))
+	failed := 0
+	for i, req := range requests {
+		fmt.Fprintf(stdout, "\n[%d/%d] %s\n", i+1, len(requests), req.Key())
+		d, err := h.Measure(ctx, req)
+		if err != nil {
+			failed++
+			fmt.Fprintf(stdout, "  error: %v\n", err)
+			continue
+		}
+		printDecision(stdout, d)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d requests could not be tuned", failed, len(requests))
+	}
+	return nil
+}
+
+func printDecision(w io.Writer, d *host.Decision) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CANDIDATE\tPLUGIN\tTIME µs\tSPREAD µs\tVERDICT\tNOTE")
+	for _, m := range d.Measurements {
+		t, s := "-", "-"
+		if m.Timing.Iterations > 0 {
+			t, s = fmt.Sprintf("%.1f", m.Timing.Mean), fmt.Sprintf("%.1f", m.Timing.Spread)
+		}
+		why := ""
+		if m.Verdict == host.VerdictRefused || m.Verdict == host.VerdictRejected || m.Verdict == host.VerdictFailed {
+			why = m.Reason
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", m.Candidate, m.Plugin, t, s, m.Verdict, why)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "  → %s: %s (tuning took %.0f ms)\n", d.Choice, d.Reason, float64(d.Cost.Microseconds())/1e3)
+}
+
+// demoRequests is the built-in demo set: decode and prefill shapes of a
+// small model on the CPU device, of real models on the GPU.
+func demoRequests(kind device.Kind) []sdk.Request {
+	affine := func(phase sdk.Phase, role sdk.Role, tokens, in, out, bits, group int) sdk.Request {
+		return sdk.Request{
+			Family: sdk.FamilyAffine, Phase: phase, Role: role, Tokens: tokens,
+			InFeatures: in, OutFeatures: out, Activation: sdk.BF16,
+			Weight: sdk.Format{Kind: "affine", Bits: bits, GroupSize: group},
+		}
+	}
+	if kind == device.CUDA {
+		return []sdk.Request{
+			affine(sdk.PhaseDecode, sdk.RoleAttentionQKV, 1, 4096, 6144, 4, 64),
+			affine(sdk.PhaseDecode, sdk.RoleGateUp, 1, 4096, 28672, 4, 64),
+			affine(sdk.PhaseDecode, sdk.RoleDown, 1, 14336, 4096, 4, 64),
+			affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 4096, 4096, 8, 64),
+			affine(sdk.PhasePrefill, sdk.RoleGateUp, 256, 4096, 14336, 4, 64),
+		}
+	}
+	return []sdk.Request{
+		affine(sdk.PhaseDecode, sdk.RoleAttentionQKV, 1, 1024, 1536, 4, 64),
+		affine(sdk.PhaseDecode, sdk.RoleGateUp, 1, 1024, 4096, 4, 64),
+		affine(sdk.PhaseDecode, sdk.RoleDown, 1, 2048, 1024, 8, 128),
+		affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 1152, 1032, 3, 64),
+		affine(sdk.PhasePrefill, sdk.RoleGateUp, 64, 1024, 1024, 4, 32),
+	}
+}

@@ -1,0 +1,129 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
+)
+
+// ErrStale says a prepared id belongs to an earlier run of its plugin (it
+// restarted since), so the candidate must be prepared again.
+var ErrStale = errors.New("prepared state lost in a plugin restart")
+
+// Client returns the plugin as an sdk.Plugin that outlives restarts: each
+// call goes to the live process under the manager's call deadline, a call
+// that outlasts it kills the (hung) process, and prepared ids carry the
+// generation they belong to so a stale one fails fast with ErrStale.
+func (p *Plugin) Client() sdk.Plugin { return &pluginClient{p: p} }
+
+type pluginClient struct{ p *Plugin }
+
+var _ sdk.Plugin = (*pluginClient)(nil)
+
+// call runs fn against the live process with the call deadline.
+func (c *pluginClient) call(ctx context.Context, op string, fn func(context.Context, sdk.Plugin) error) (uint64, error) {
+	callCtx, cancel := context.WithTimeout(ctx, c.p.m.opts.CallTimeout)
+	defer cancel()
+	rpc, gen, err := c.p.current(callCtx)
+	if err != nil {
+		return 0, err
+	}
+	err = fn(callCtx, rpc)
+	if err == nil {
+		return gen, nil
+	}
+	if errors.Is(err, sdk.ErrUnavailable) || errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+		if ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+			c.p.killGeneration(gen, fmt.Sprintf("%s did not answer within %s", op, c.p.m.opts.CallTimeout))
+		} else {
+			c.p.nudge()
+		}
+		if !errors.Is(err, sdk.ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
+		}
+	}
+	return gen, fmt.Errorf("plugin %s: %s: %w", c.p.bin.name, op, err)
+}
+
+func (c *pluginClient) Describe(ctx context.Context) (d sdk.Description, err error) {
+	_, err = c.call(ctx, "describe", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+		d, err = rpc.Describe(ctx)
+		return err
+	})
+	return d, err
+}
+
+func (c *pluginClient) Admit(ctx context.Context, req sdk.Request, hw device.Profile) (out []sdk.Admission, err error) {
+	_, err = c.call(ctx, "admit", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+		out, err = rpc.Admit(ctx, req, hw)
+		return err
+	})
+	return out, err
+}
+
+func (c *pluginClient) Prepare(ctx context.Context, req sdk.PrepareRequest) (info sdk.PreparedInfo, err error) {
+	gen, err := c.call(ctx, "prepare", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+		info, err = rpc.Prepare(ctx, req)
+		return err
+	})
+	if err == nil {
+		info.ID = strconv.FormatUint(gen, 10) + "/" + info.ID
+	}
+	return info, err
+}
+
+// unwrapID splits a generation-tagged id and refuses a stale one.
+func (c *pluginClient) unwrapID(id string) (string, error) {
+	genText, raw, ok := strings.Cut(id, "/")
+	gen, err := strconv.ParseUint(genText, 10, 64)
+	if !ok || err != nil {
+		return "", errdefs.Invalid("prepared_id", id, "not issued by this host")
+	}
+	if gen != c.p.Generation() {
+		return "", fmt.Errorf("plugin %s: prepared id %s: %w", c.p.bin.name, id, ErrStale)
+	}
+	return raw, nil
+}
+
+func (c *pluginClient) Execute(ctx context.Context, req sdk.ExecuteRequest) (us float64, err error) {
+	if req.PreparedID, err = c.unwrapID(req.PreparedID); err != nil {
+		return 0, err
+	}
+	_, err = c.call(ctx, "execute", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+		us, err = rpc.Execute(ctx, req)
+		return err
+	})
+	return us, err
+}
+
+func (c *pluginClient) Benchmark(ctx context.Context, req sdk.BenchmarkRequest) (res sdk.BenchmarkResult, err error) {
+	if req.PreparedID, err = c.unwrapID(req.PreparedID); err != nil {
+		return res, err
+	}
+	_, err = c.call(ctx, "benchmark", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+		res, err = rpc.Benchmark(ctx, req)
+		return err
+	})
+	return res, err
+}
+
+func (c *pluginClient) Release(ctx context.Context, id string, forget []device.Handle) (err error) {
+	if id != "" {
+		if id, err = c.unwrapID(id); err != nil {
+			if errors.Is(err, ErrStale) {
+				return nil // the process that held it is gone, and with it the state
+			}
+			return err
+		}
+	}
+	_, err = c.call(ctx, "release", func(ctx context.Context, rpc sdk.Plugin) error {
+		return rpc.Release(ctx, id, forget)
+	})
+	return err
+}

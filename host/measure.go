@@ -1,0 +1,395 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/family"
+)
+
+// Verdict is what measurement concluded about one candidate.
+type Verdict string
+
+// The verdicts.
+const (
+	VerdictChosen   Verdict = "chosen"
+	VerdictKept     Verdict = "kept"
+	VerdictSlower   Verdict = "slower"
+	VerdictTooClose Verdict = "not faster by enough"
+	VerdictRejected Verdict = "rejected"
+	VerdictRefused  Verdict = "refused"
+	VerdictFailed   Verdict = "failed"
+)
+
+// Measurement is one candidate's result in a tuning run.
+type Measurement struct {
+	Candidate string
+	Plugin    string
+	Fallback  bool
+	Verdict   Verdict
+	// Reason explains the verdict (admission reason, gate failure, error).
+	Reason string
+	Timing Timing
+}
+
+// Decision is the outcome of measuring every candidate of a request.
+type Decision struct {
+	Request      sdk.Request
+	Choice       string
+	Reason       string
+	Measurements []Measurement
+	// Timing is the chosen candidate's.
+	Timing Timing
+	// Cost is the wall-clock time the measurement took.
+	Cost time.Duration
+}
+
+// MeasureOptions tune the measurement.
+type MeasureOptions struct {
+	// MinimumImprovementBps is how much faster than the fallback a winner
+	// must be, in basis points (default 300 = 3%).
+	MinimumImprovementBps float64
+	// TargetMicros is the device time to spend timing each candidate (default 20 ms).
+	TargetMicros float64
+	// MinIterations and MaxIterations bound the timed iterations (defaults 5, 2000).
+	MinIterations, MaxIterations int
+	// Seed draws the random sample inputs.
+	Seed uint64
+	// SpotCheckElements bounds the fallback's float64 reference check (default 2048).
+	SpotCheckElements int
+}
+
+func (o *MeasureOptions) defaults() {
+	if o.MinimumImprovementBps == 0 {
+		o.MinimumImprovementBps = 300
+	}
+	if o.TargetMicros <= 0 {
+		o.TargetMicros = 20000
+	}
+	if o.MinIterations <= 0 {
+		o.MinIterations = 5
+	}
+	if o.MaxIterations <= 0 {
+		o.MaxIterations = 2000
+	}
+	if o.Seed == 0 {
+		o.Seed = 0x5eed
+	}
+	if o.SpotCheckElements <= 0 {
+		o.SpotCheckElements = 2048
+	}
+}
+
+// measurer runs candidates on sample inputs through the real protocol.
+type measurer struct {
+	dev      device.Device
+	hw       sdk.Hardware
+	registry *Registry
+	logger   hclog.Logger
+	opts     MeasureOptions
+}
+
+// run is one candidate's progress through a measurement.
+type run struct {
+	entry Entry
+	m     *Measurement
+	prep  *prepared
+	// firstMicros is the device time of its first correct run.
+	firstMicros float64
+}
+
+// sampleBuffers hold one request's weights, inputs and outputs.
+type sampleBuffers struct {
+	weights, inputs, outputs *bufferSet
+}
+
+func allocateSample(dev device.Device, c family.Contract, req sdk.Request) (*sampleBuffers, error) {
+	var s sampleBuffers
+	var err error
+	if s.weights, err = allocate(dev, c.WeightSizes(req)); err != nil {
+		return nil, err
+	}
+	if s.inputs, err = allocate(dev, c.InputSizes(req)); err != nil {
+		s.free()
+		return nil, err
+	}
+	if s.outputs, err = allocate(dev, c.OutputSizes(req)); err != nil {
+		s.free()
+		return nil, err
+	}
+	return &s, nil
+}
+
+// load writes a sample and returns the weight and input/output handles.
+func (s *sampleBuffers) load(sample sdk.Sample) (weights, io map[string]device.Handle, err error) {
+	if err := s.weights.write(sample.Weights); err != nil {
+		return nil, nil, err
+	}
+	if err := s.inputs.write(sample.Inputs); err != nil {
+		return nil, nil, err
+	}
+	if weights, err = s.weights.handles(); err != nil {
+		return nil, nil, err
+	}
+	io, err = s.ioHandles()
+	return weights, io, err
+}
+
+// ioHandles exports the inputs and outputs.
+func (s *sampleBuffers) ioHandles() (map[string]device.Handle, error) {
+	in, err := s.inputs.handles()
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.outputs.handles()
+	if err != nil {
+		return nil, err
+	}
+	return merge(in, out), nil
+}
+
+func (s *sampleBuffers) free() {
+	for _, b := range []*bufferSet{s.weights, s.inputs, s.outputs} {
+		if b != nil {
+			b.free()
+		}
+	}
+}
+
+// measure checks every admitted candidate's numbers against the fallback
+// on a pattern and a random sample, times the survivors, and decides.
+func (ms *measurer) measure(ctx context.Context, req sdk.Request) (*Decision, error) {
+	start := time.Now()
+	contract, err := family.Lookup(req.Family)
+	if err != nil {
+		return nil, err
+	}
+	if err := contract.Validate(req); err != nil {
+		return nil, err
+	}
+	if _, err := ms.registry.Fallback(req.Family); err != nil {
+		return nil, err
+	}
+	d, runs, err := ms.admit(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	bufs, err := allocateSample(ms.dev, contract, req)
+	if err != nil {
+		return nil, err
+	}
+	defer bufs.free()
+	defer func() {
+		for _, r := range runs {
+			r.release(ctx)
+		}
+	}()
+	if err := ms.checkNumbers(ctx, contract, req, bufs, runs); err != nil {
+		return nil, err
+	}
+	io, err := bufs.ioHandles()
+	if err != nil {
+		return nil, err
+	}
+	ms.time(ctx, io, runs)
+	ms.decide(d, runs)
+	d.Cost = time.Since(start)
+	return d, nil
+}
+
+// admit lists the family's candidates with their admission; the fallback
+// comes first and must be admitted.
+func (ms *measurer) admit(ctx context.Context, req sdk.Request) (*Decision, []*run, error) {
+	admissions := ms.registry.Admissions(ctx, req, ms.hw)
+	entries := ms.registry.Family(req.Family)
+	d := &Decision{Request: req, Measurements: make([]Measurement, len(entries))}
+	var runs []*run
+	for i, e := range entries {
+		a := admissions[e.Info.Name]
+		d.Measurements[i] = Measurement{Candidate: e.Info.Name, Plugin: e.Plugin.Name(), Fallback: e.Info.Fallback, Reason: a.Reason}
+		if !a.Admitted {
+			if e.Info.Fallback {
+				return nil, nil, fmt.Errorf("fallback %s refuses %s: %s", e.Info.Name, req.Key(), a.Reason)
+			}
+			d.Measurements[i].Verdict = VerdictRefused
+			continue
+		}
+		runs = append(runs, &run{entry: e, m: &d.Measurements[i]})
+	}
+	return d, runs, nil
+}
+
+// checkNumbers runs every candidate on a pattern sample and then a random
+// sample, poisoning the outputs before each run. The fallback must match
+// the float64 reference; every other candidate must match the fallback
+// within the family's gate. Survivors stay prepared on the random sample.
+func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk.Request, bufs *sampleBuffers, runs []*run) error {
+	samples := []struct {
+		name   string
+		sample sdk.Sample
+	}{
+		{"pattern", c.PatternSample(req)},
+		{"random", c.RandomSample(req, ms.opts.Seed)},
+	}
+	for _, s := range samples {
+		weights, io, err := bufs.load(s.sample)
+		if err != nil {
+			return err
+		}
+		var reference map[string][]byte
+		for _, r := range runs {
+			if r.m.Verdict != "" {
+				continue
+			}
+			r.release(ctx) // weights changed: prepare again (plugins may repack them)
+			got, us, err := ms.runOnce(ctx, r, req, weights, io, bufs.outputs)
+			switch {
+			case err != nil:
+				r.m.Verdict, r.m.Reason = VerdictFailed, fmt.Sprintf("%s sample: %v", s.name, err)
+			case r.entry.Info.Fallback:
+				if err := c.SpotCheck(req, s.sample, got, ms.opts.SpotCheckElements); err != nil {
+					r.m.Verdict, r.m.Reason = VerdictRejected, fmt.Sprintf("%s sample vs float64 reference: %v", s.name, err)
+				}
+				reference = got
+			default:
+				if err := c.Compare(req, got, reference); err != nil {
+					r.m.Verdict, r.m.Reason = VerdictRejected, fmt.Sprintf("%s sample vs fallback: %v", s.name, err)
+				}
+			}
+			if r.m.Verdict != "" {
+				ms.logger.Warn("candidate rejected", "request", req.Key(), "candidate", r.entry.Info.Name, "verdict", r.m.Verdict, "reason", r.m.Reason)
+				r.release(ctx)
+				if r.entry.Info.Fallback {
+					return fmt.Errorf("fallback %s of %s is unusable: %s", r.entry.Info.Name, req.Key(), r.m.Reason)
+				}
+				continue
+			}
+			r.firstMicros = us
+		}
+	}
+	return nil
+}
+
+// runOnce prepares r if needed, poisons the outputs, executes once and
+// reads the outputs back.
+func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, weights, io map[string]device.Handle, outputs *bufferSet) (map[string][]byte, float64, error) {
+	if r.prep == nil {
+		p, err := prepare(ctx, ms.dev, r.entry, req, ms.hw, weights)
+		if err != nil {
+			return nil, 0, err
+		}
+		r.prep = p
+	}
+	if err := outputs.fill(0xff); err != nil { // bf16/f32 NaN: unwritten elements fail the gate
+		return nil, 0, err
+	}
+	us, err := r.prep.execute(ctx, io)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := ms.dev.Synchronize(); err != nil {
+		return nil, 0, err
+	}
+	got, err := outputs.read()
+	return got, us, err
+}
+
+// time benchmarks every surviving candidate, sizing the iteration count
+// from its first run so each gets about TargetMicros of device time.
+func (ms *measurer) time(ctx context.Context, io map[string]device.Handle, runs []*run) {
+	for _, r := range runs {
+		if r.m.Verdict != "" {
+			continue
+		}
+		iterations := ms.opts.MaxIterations
+		if r.firstMicros > 0 {
+			iterations = int(ms.opts.TargetMicros / r.firstMicros)
+		}
+		iterations = min(max(iterations, ms.opts.MinIterations), ms.opts.MaxIterations)
+		res, err := r.prep.benchmark(ctx, io, max(2, iterations/10), iterations)
+		if err == nil {
+			err = checkBenchmark(res, iterations)
+		}
+		if err != nil {
+			r.m.Verdict, r.m.Reason = VerdictFailed, "benchmark: "+err.Error()
+			continue
+		}
+		r.m.Timing = summarize(res.IterationMicros)
+	}
+}
+
+// checkBenchmark refuses results that cannot be true: the wrong number of
+// samples, non-positive times, or more device time than wall-clock time.
+func checkBenchmark(res sdk.BenchmarkResult, iterations int) error {
+	if len(res.IterationMicros) != iterations {
+		return fmt.Errorf("plugin returned %d samples for %d iterations", len(res.IterationMicros), iterations)
+	}
+	var total float64
+	for _, us := range res.IterationMicros {
+		if !(us > 0) {
+			return fmt.Errorf("plugin reported an iteration of %g µs", us)
+		}
+		total += us
+	}
+	if res.WallMicros > 0 && total > res.WallMicros*1.05 {
+		return fmt.Errorf("plugin reported %.0f µs of device time within %.0f µs of wall-clock time", total, res.WallMicros)
+	}
+	return nil
+}
+
+// decide picks the fastest survivor and keeps the fallback unless that
+// survivor beats it by MinimumImprovementBps and by more than the spread
+// of both timings.
+func (ms *measurer) decide(d *Decision, runs []*run) {
+	fb := runs[0]
+	if fb.m.Verdict != "" {
+		d.Choice, d.Reason = fb.entry.Info.Name, "fallback could not be timed: "+fb.m.Reason
+		return
+	}
+	best := fb
+	for _, r := range runs[1:] {
+		if r.m.Verdict == "" && r.m.Timing.Mean < best.m.Timing.Mean {
+			best = r
+		}
+	}
+	for _, r := range runs[1:] {
+		if r.m.Verdict == "" && r != best {
+			r.m.Verdict = VerdictSlower
+		}
+	}
+	gain := improvementBps(fb.m.Timing, best.m.Timing)
+	margin := fb.m.Timing.Mean - best.m.Timing.Mean
+	spread := max(fb.m.Timing.Spread, best.m.Timing.Spread)
+	switch {
+	case best == fb:
+		fb.m.Verdict = VerdictChosen
+		d.Reason = "fallback is the fastest"
+	case gain < ms.opts.MinimumImprovementBps:
+		best.m.Verdict, fb.m.Verdict = VerdictTooClose, VerdictKept
+		d.Reason = fmt.Sprintf("%s is only %.0f bps faster (need %.0f)", best.entry.Info.Name, gain, ms.opts.MinimumImprovementBps)
+		best = fb
+	case margin <= spread:
+		best.m.Verdict, fb.m.Verdict = VerdictTooClose, VerdictKept
+		d.Reason = fmt.Sprintf("%s is %.1f µs faster, within the measured spread of %.1f µs", best.entry.Info.Name, margin, spread)
+		best = fb
+	default:
+		best.m.Verdict, fb.m.Verdict = VerdictChosen, VerdictSlower
+		d.Reason = fmt.Sprintf("%s is %.0f bps faster than fallback %s (%.1f vs %.1f µs, spread %.1f)", best.entry.Info.Name, gain, fb.entry.Info.Name, best.m.Timing.Mean, fb.m.Timing.Mean, spread)
+	}
+	d.Choice, d.Timing = best.entry.Info.Name, best.m.Timing
+}
+
+func (r *run) release(ctx context.Context) {
+	if r.prep != nil {
+		if err := r.prep.release(ctx); err != nil && !errors.Is(err, ErrStale) {
+			r.prep.entry.Plugin.logger.Debug("release failed", "error", err)
+		}
+		r.prep = nil
+	}
+}

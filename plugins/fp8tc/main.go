@@ -1,0 +1,13 @@
+// Command fp8tc will serve the fp8 family (portable and Tensor Core FP8
+// kernels). Until those kernels exist it serves an empty candidate list, so
+// the host lists it honestly and never selects it.
+package main
+
+import "github.com/kcand/kcand/sdk"
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.0.0"
+
+func main() {
+	sdk.Serve(sdk.Options{Name: "fp8tc", Version: version})
+}

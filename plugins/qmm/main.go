@@ -1,0 +1,53 @@
+// Command qmm is the affine family's fallback plugin: a matrix kernel that
+// serves any token count. On the CPU device it dequantises each weight row
+// once and multiplies it with every token.
+package main
+
+import (
+	"context"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/family/affine"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0"
+
+// qmm is the candidate.
+type qmm struct{}
+
+var _ sdk.Candidate = qmm{}
+
+// Info implements sdk.Candidate.
+func (qmm) Info() sdk.CandidateInfo {
+	return sdk.CandidateInfo{
+		Name:      "qmm",
+		Family:    sdk.FamilyAffine,
+		Fallback:  true,
+		Numeric:   sdk.NumericBounded,
+		Stability: sdk.Stable,
+		Devices:   []device.Kind{device.CPU},
+	}
+}
+
+// Admit implements sdk.Candidate: QMM serves every valid affine request.
+func (qmm) Admit(req sdk.Request, _ device.Profile) sdk.Admission {
+	if err := affine.Validate(req); err != nil {
+		return sdk.Admission{Reason: err.Error()}
+	}
+	return sdk.Admission{Admitted: true, Reason: "serves every affine shape"}
+}
+
+// Prepare implements sdk.Candidate.
+func (qmm) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	view, err := affine.NewHostView(req, weights)
+	if err != nil {
+		return nil, err
+	}
+	return &cpuQMM{view: view}, nil
+}
+
+func main() {
+	sdk.Serve(sdk.Options{Name: "qmm", Version: version}, qmm{})
+}

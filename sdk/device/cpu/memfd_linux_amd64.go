@@ -1,0 +1,3 @@
+package cpu
+
+func memfdSyscallNumber() uintptr { return 319 }

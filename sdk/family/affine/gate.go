@@ -1,0 +1,91 @@
+package affine
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kcand/kcand/sdk/bf16"
+)
+
+// Gate tolerances: a result passes when |got−ref| ≤ max(AbsoluteTolerance,
+// RelativeTolerance·|ref|) at every element and every element is finite.
+const (
+	AbsoluteTolerance = 0.125
+	RelativeTolerance = 0.01
+)
+
+// Mismatch describes the worst element of a comparison.
+type Mismatch struct {
+	Index     int
+	Got, Want float64
+	// Excess is |got−want| over the element's tolerance; above 1 fails.
+	Excess float64
+}
+
+// String implements fmt.Stringer.
+func (m Mismatch) String() string {
+	return fmt.Sprintf("element %d: got %g want %g (%.2f× tolerance)", m.Index, m.Got, m.Want, m.Excess)
+}
+
+// GateError says a result failed the gate, naming its worst element.
+type GateError struct {
+	Worst Mismatch
+	// Failed counts the elements over tolerance.
+	Failed int
+	Total  int
+}
+
+// Error implements error.
+func (e *GateError) Error() string {
+	return fmt.Sprintf("affine gate: %d of %d elements out of tolerance; worst %s", e.Failed, e.Total, e.Worst)
+}
+
+// Check compares a bf16 output against reference values and returns nil
+// when it passes the gate, or a *GateError naming the worst element.
+func Check(got []byte, want []float64) error {
+	if len(got) != 2*len(want) {
+		return &GateError{Worst: Mismatch{Index: -1, Excess: math.Inf(1)}, Failed: len(want), Total: len(want)}
+	}
+	var worst Mismatch
+	failed := 0
+	for i, w := range want {
+		g := float64(bf16.Get(got, i))
+		excess := math.Abs(g-w) / math.Max(AbsoluteTolerance, RelativeTolerance*math.Abs(w))
+		if math.IsNaN(g) || math.IsInf(g, 0) || math.IsNaN(excess) {
+			excess = math.Inf(1)
+		}
+		if excess > 1 {
+			failed++
+		}
+		if excess > worst.Excess || i == 0 {
+			worst = Mismatch{Index: i, Got: g, Want: w, Excess: excess}
+		}
+	}
+	if failed > 0 {
+		return &GateError{Worst: worst, Failed: failed, Total: len(want)}
+	}
+	return nil
+}
+
+// CheckAgainst compares two bf16 outputs, treating ref as the reference.
+func CheckAgainst(got, ref []byte) error {
+	want := make([]float64, len(ref)/2)
+	for i := range want {
+		want[i] = float64(bf16.Get(ref, i))
+	}
+	return Check(got, want)
+}
+
+// RelativeError is ‖got−want‖₂ / ‖want‖₂, the accuracy figure tests report.
+func RelativeError(got []byte, want []float64) float64 {
+	var num, den float64
+	for i, w := range want {
+		d := float64(bf16.Get(got, i)) - w
+		num += d * d
+		den += w * w
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}

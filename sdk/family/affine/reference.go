@@ -1,0 +1,78 @@
+package affine
+
+import (
+	"github.com/kcand/kcand/sdk/spec"
+	"github.com/kcand/kcand/sdk/bf16"
+)
+
+// Reference computes y in float64 from the same quantised weights the
+// candidates read: the family's numeric reference. It returns
+// [tokens][out_features] values in row-major order.
+func Reference(req spec.Request, weights map[string][]byte, x []byte) []float64 {
+	y := make([]float64, req.Tokens*req.OutFeatures)
+	for o := 0; o < req.OutFeatures; o++ {
+		w := DequantizeRow(req, weights, o)
+		for t := 0; t < req.Tokens; t++ {
+			y[t*req.OutFeatures+o] = ReferenceElement(req, weights, x, w, t, o)
+		}
+	}
+	return y
+}
+
+// ReferenceElement computes one element y[t][o] in float64, given the
+// dequantised row w of output o (from DequantizeRow). The host uses it to
+// spot-check large outputs without computing all of them.
+func ReferenceElement(req spec.Request, weights map[string][]byte, x []byte, w []float64, t, o int) float64 {
+	in := req.InFeatures
+	var acc float64
+	for i := 0; i < in; i++ {
+		acc += float64(bf16.Get(x, t*in+i)) * w[i]
+	}
+	if req.Bias {
+		acc += float64(bf16.Get(weights[Bias], o))
+	}
+	return acc
+}
+
+// DequantizeRow returns W[o][:] in float64.
+func DequantizeRow(req spec.Request, weights map[string][]byte, o int) []float64 {
+	in, g, bits := req.InFeatures, req.Weight.GroupSize, req.Weight.Bits
+	groups := in / g
+	rowBytes := RowWords(req) * 4
+	row := weights[Weight][o*rowBytes : (o+1)*rowBytes]
+	w := make([]float64, in)
+	for i := 0; i < in; i++ {
+		s := float64(bf16.Get(weights[Scales], o*groups+i/g))
+		b := float64(bf16.Get(weights[Biases], o*groups+i/g))
+		w[i] = s*float64(Unpack(row, i, bits)) + b
+	}
+	return w
+}
+
+// SpotCheck compares y against the float64 reference at up to n elements:
+// every element when the output has at most n, else n elements on a
+// stride through the output that visits every token and many rows.
+func SpotCheck(req spec.Request, sample spec.Sample, y []byte, n int) error {
+	total := req.Tokens * req.OutFeatures
+	stride := 1
+	if n > 0 && total > n {
+		stride = total / n
+		if stride%req.OutFeatures == 0 {
+			stride++ // keep walking across rows rather than revisiting one
+		}
+	}
+	var got []byte
+	var want []float64
+	rows := map[int][]float64{}
+	for idx := 0; idx < total; idx += stride {
+		t, o := idx/req.OutFeatures, idx%req.OutFeatures
+		w, ok := rows[o]
+		if !ok {
+			w = DequantizeRow(req, sample.Weights, o)
+			rows[o] = w
+		}
+		want = append(want, ReferenceElement(req, sample.Weights, sample.Inputs[X], w, t, o))
+		got = append(got, y[2*idx], y[2*idx+1])
+	}
+	return Check(got, want)
+}

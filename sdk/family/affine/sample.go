@@ -1,0 +1,107 @@
+package affine
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"github.com/kcand/kcand/sdk/spec"
+	"github.com/kcand/kcand/sdk/bf16"
+)
+
+// Quantize turns dense weights w [out][in] into the affine layout with the
+// request's bits and group size: per group, scale = (max−min)/(2^bits−1) and
+// bias = min, both rounded to bf16, and q = round((w−bias)/scale) clamped to
+// the representable range. The result maps binding names to bytes.
+func Quantize(req spec.Request, w []float32) map[string][]byte {
+	in, out, g, bits := req.InFeatures, req.OutFeatures, req.Weight.GroupSize, req.Weight.Bits
+	groups := in / g
+	levels := float32(int(1)<<bits - 1)
+	rowBytes := RowWords(req) * 4
+	packed := make([]byte, 0, out*rowBytes)
+	scales := make([]float32, out*groups)
+	biases := make([]float32, out*groups)
+	q := make([]uint8, in)
+	for o := 0; o < out; o++ {
+		row := w[o*in : (o+1)*in]
+		for gi := 0; gi < groups; gi++ {
+			lo, hi := row[gi*g], row[gi*g]
+			for _, v := range row[gi*g : (gi+1)*g] {
+				lo, hi = min(lo, v), max(hi, v)
+			}
+			scale := bf16.Round((hi - lo) / levels)
+			if scale == 0 {
+				scale = bf16.Round(1e-6)
+			}
+			bias := bf16.Round(lo)
+			for i := gi * g; i < (gi+1)*g; i++ {
+				v := math.Round(float64((row[i] - bias) / scale))
+				q[i] = uint8(min(max(v, 0), float64(levels)))
+			}
+			scales[o*groups+gi], biases[o*groups+gi] = scale, bias
+		}
+		packed = append(packed, Pack(q, bits)...)
+	}
+	return map[string][]byte{Weight: packed, Scales: bf16.Encode(scales), Biases: bf16.Encode(biases)}
+}
+
+// RandomSample draws x and dense weights uniformly from [-1, 1) with the
+// given seed and quantises the weights.
+func RandomSample(req spec.Request, seed uint64) spec.Sample {
+	rng := rand.New(rand.NewPCG(seed, 0x6b63616e64))
+	uniform := func() float32 { return rng.Float32()*2 - 1 }
+	w := make([]float32, req.OutFeatures*req.InFeatures)
+	for i := range w {
+		w[i] = uniform()
+	}
+	x := make([]float32, req.Tokens*req.InFeatures)
+	for i := range x {
+		x[i] = uniform()
+	}
+	weights := Quantize(req, w)
+	if req.Bias {
+		bias := make([]float32, req.OutFeatures)
+		for i := range bias {
+			bias[i] = uniform()
+		}
+		weights[Bias] = bf16.Encode(bias)
+	}
+	return spec.Sample{Weights: weights, Inputs: map[string][]byte{X: bf16.Encode(x)}}
+}
+
+// PatternSample builds deterministic inputs that exercise every quantised
+// level, every group's scale and bias, and every token row differently, so
+// that indexing mistakes show up as wrong values.
+func PatternSample(req spec.Request) spec.Sample {
+	in, out, g, bits := req.InFeatures, req.OutFeatures, req.Weight.GroupSize, req.Weight.Bits
+	groups := in / g
+	levels := 1 << bits
+	packed := make([]byte, 0, out*RowWords(req)*4)
+	q := make([]uint8, in)
+	scales := make([]float32, out*groups)
+	biases := make([]float32, out*groups)
+	for o := 0; o < out; o++ {
+		for i := range q {
+			q[i] = uint8((o*5 + i*3 + i/7) % levels)
+		}
+		packed = append(packed, Pack(q, bits)...)
+		for gi := 0; gi < groups; gi++ {
+			scales[o*groups+gi] = float32(1+(o+gi)%4) / float32(levels)
+			biases[o*groups+gi] = float32((o*3+gi)%5-2) / 8
+		}
+	}
+	x := make([]float32, req.Tokens*in)
+	for t := 0; t < req.Tokens; t++ {
+		for i := 0; i < in; i++ {
+			x[t*in+i] = float32((i*7+t*3)%17-8) / 8
+		}
+	}
+	weights := map[string][]byte{Weight: packed, Scales: bf16.Encode(scales), Biases: bf16.Encode(biases)}
+	if req.Bias {
+		bias := make([]float32, out)
+		for o := range bias {
+			bias[o] = float32(o%9-4) / 4
+		}
+		weights[Bias] = bf16.Encode(bias)
+	}
+	return spec.Sample{Weights: weights, Inputs: map[string][]byte{X: bf16.Encode(x)}}
+}

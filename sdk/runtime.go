@@ -1,0 +1,282 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/family"
+)
+
+// Limits on what a host may ask of a plugin in one call.
+const (
+	maxBenchmarkIterations = 100000
+	maxBenchmarkWarmup     = 10000
+)
+
+// Runtime serves candidates as a Plugin: it validates requests, opens the
+// host's buffers by handle, and tracks prepared candidates. sdk.Serve wraps
+// it in a process; tests and the host may also use it in-process.
+type Runtime struct {
+	name, version string
+	candidates    map[string]Candidate
+	order         []string
+	logger        hclog.Logger
+	devices       *deviceSet
+
+	mu       sync.Mutex
+	prepared map[string]*preparedEntry
+	nextID   atomic.Uint64
+}
+
+type preparedEntry struct {
+	candidate Candidate
+	request   Request
+	prepared  Prepared
+	dev       device.Device
+}
+
+var _ Plugin = (*Runtime)(nil)
+
+// NewRuntime returns a Runtime serving candidates under the plugin's name
+// and version. Candidate names must be unique.
+func NewRuntime(name, version string, logger hclog.Logger, candidates ...Candidate) (*Runtime, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	r := &Runtime{
+		name:       name,
+		version:    version,
+		candidates: map[string]Candidate{},
+		logger:     logger,
+		devices:    newDeviceSet(),
+		prepared:   map[string]*preparedEntry{},
+	}
+	for _, c := range candidates {
+		info := c.Info()
+		if info.Name == "" {
+			return nil, errdefs.Invalid("candidate.name", "", "empty")
+		}
+		if _, dup := r.candidates[info.Name]; dup {
+			return nil, errdefs.Invalid("candidate.name", info.Name, "duplicate")
+		}
+		r.candidates[info.Name] = c
+		r.order = append(r.order, info.Name)
+	}
+	return r, nil
+}
+
+// Describe implements Plugin.
+func (r *Runtime) Describe(context.Context) (Description, error) {
+	d := Description{Name: r.name, Version: r.version, ProtocolVersion: ProtocolVersion}
+	families := map[Family]bool{}
+	for _, name := range r.order {
+		info := r.candidates[name].Info()
+		d.Candidates = append(d.Candidates, info)
+		if !families[info.Family] {
+			families[info.Family] = true
+			d.Families = append(d.Families, info.Family)
+		}
+	}
+	sort.Slice(d.Families, func(i, j int) bool { return d.Families[i] < d.Families[j] })
+	return d, nil
+}
+
+// Admit implements Plugin.
+func (r *Runtime) Admit(_ context.Context, req Request, hw device.Profile) (out []Admission, err error) {
+	defer r.recoverInto("admit", &err)
+	if err := validate(req); err != nil {
+		return nil, err
+	}
+	for _, name := range r.order {
+		out = append(out, r.admit(r.candidates[name], req, hw))
+	}
+	return out, nil
+}
+
+func (r *Runtime) admit(c Candidate, req Request, hw device.Profile) Admission {
+	info := c.Info()
+	switch {
+	case info.Family != req.Family:
+		return Admission{Candidate: info.Name, Reason: fmt.Sprintf("serves family %s, not %s", info.Family, req.Family)}
+	case !runsOn(info, hw.Kind):
+		return Admission{Candidate: info.Name, Reason: fmt.Sprintf("does not run on %s devices", hw.Kind)}
+	}
+	a := c.Admit(req, hw)
+	a.Candidate = info.Name
+	if !a.Admitted && a.Reason == "" {
+		a.Reason = "refused without a reason"
+	}
+	return a
+}
+
+// validate checks req generically and, when the SDK has its family's
+// contract, completely: a malformed request is an invalid request, never
+// merely unsupported.
+func validate(req Request) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	if c, err := family.Lookup(req.Family); err == nil {
+		return c.Validate(req)
+	}
+	return nil
+}
+
+func runsOn(info CandidateInfo, kind device.Kind) bool {
+	for _, k := range info.Devices {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// Prepare implements Plugin.
+func (r *Runtime) Prepare(ctx context.Context, req PrepareRequest) (info PreparedInfo, err error) {
+	defer r.recoverInto("prepare", &err)
+	c, ok := r.candidates[req.Candidate]
+	if !ok {
+		return PreparedInfo{}, fmt.Errorf("%w: candidate %q in plugin %s", errdefs.ErrNotFound, req.Candidate, r.name)
+	}
+	if err := validate(req.Request); err != nil {
+		return PreparedInfo{}, err
+	}
+	if a := r.admit(c, req.Request, req.Hardware); !a.Admitted {
+		return PreparedInfo{}, errdefs.Unsupported("%s refuses %s: %s", req.Candidate, req.Request.Key(), a.Reason)
+	}
+	dev, weights, err := r.devices.openAll(req.Hardware.Kind, req.Weights)
+	if err != nil {
+		return PreparedInfo{}, err
+	}
+	p, err := c.Prepare(ctx, Env{Device: dev, Logger: r.logger.Named(req.Candidate)}, req.Request, weights)
+	if err != nil {
+		return PreparedInfo{}, err
+	}
+	id := fmt.Sprintf("%s#%d", req.Candidate, r.nextID.Add(1))
+	r.mu.Lock()
+	r.prepared[id] = &preparedEntry{candidate: c, request: req.Request, prepared: p, dev: dev}
+	r.mu.Unlock()
+	return PreparedInfo{ID: id, WorkspaceBytes: p.WorkspaceBytes()}, nil
+}
+
+func (r *Runtime) lookup(id string) (*preparedEntry, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.prepared[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: prepared id %q", errdefs.ErrNotFound, id)
+	}
+	return e, nil
+}
+
+// Execute implements Plugin.
+func (r *Runtime) Execute(ctx context.Context, req ExecuteRequest) (us float64, err error) {
+	defer r.recoverInto("execute", &err)
+	e, err := r.lookup(req.PreparedID)
+	if err != nil {
+		return 0, err
+	}
+	io, err := r.devices.open(e.dev, req.Buffers)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := e.prepared.Execute(ctx, io); err != nil {
+		return 0, err
+	}
+	if err := e.dev.Synchronize(); err != nil {
+		return 0, err
+	}
+	return micros(time.Since(start)), nil
+}
+
+// Benchmark implements Plugin. It times each iteration with the device's
+// timer when it has one, else with the wall clock around a synchronised run.
+func (r *Runtime) Benchmark(ctx context.Context, req BenchmarkRequest) (res BenchmarkResult, err error) {
+	defer r.recoverInto("benchmark", &err)
+	if req.Iterations <= 0 || req.Iterations > maxBenchmarkIterations {
+		return res, errdefs.Invalid("iterations", req.Iterations, "must be between 1 and %d", maxBenchmarkIterations)
+	}
+	if req.Warmup < 0 || req.Warmup > maxBenchmarkWarmup {
+		return res, errdefs.Invalid("warmup", req.Warmup, "must be between 0 and %d", maxBenchmarkWarmup)
+	}
+	e, err := r.lookup(req.PreparedID)
+	if err != nil {
+		return res, err
+	}
+	io, err := r.devices.open(e.dev, req.Buffers)
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	for i := 0; i < req.Warmup; i++ {
+		if err := e.prepared.Execute(ctx, io); err != nil {
+			return res, err
+		}
+	}
+	timer := device.NewTimer(e.dev)
+	res.IterationMicros = make([]float64, 0, req.Iterations)
+	for i := 0; i < req.Iterations; i++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		us, err := timer.Time(func() error { return e.prepared.Execute(ctx, io) })
+		if err != nil {
+			return res, err
+		}
+		res.IterationMicros = append(res.IterationMicros, us)
+	}
+	res.WallMicros = micros(time.Since(start))
+	return res, nil
+}
+
+// Release implements Plugin.
+func (r *Runtime) Release(_ context.Context, id string, forget []device.Handle) (err error) {
+	defer r.recoverInto("release", &err)
+	if id != "" {
+		r.mu.Lock()
+		e, ok := r.prepared[id]
+		delete(r.prepared, id)
+		r.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("%w: prepared id %q", errdefs.ErrNotFound, id)
+		}
+		if err := e.prepared.Release(); err != nil {
+			return err
+		}
+	}
+	return r.devices.forget(forget)
+}
+
+// Close releases every prepared candidate and closes the devices.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	entries := r.prepared
+	r.prepared = map[string]*preparedEntry{}
+	r.mu.Unlock()
+	for _, e := range entries {
+		_ = e.prepared.Release()
+	}
+	return r.devices.close()
+}
+
+// recoverInto turns a panic in candidate code into an internal error, so a
+// bug in one candidate answers one call with an error instead of killing
+// the plugin and every prepared state in it.
+func (r *Runtime) recoverInto(op string, err *error) {
+	if p := recover(); p != nil {
+		r.logger.Error("candidate panicked", "op", op, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		*err = errdefs.Internal("%s panicked: %v", op, p)
+	}
+}
+
+func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

@@ -1,0 +1,110 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kcand/kcand/sdk/errdefs"
+	pb "github.com/kcand/kcand/sdk/proto"
+)
+
+// Error classes as they appear in ErrorDetail.Class.
+const (
+	classInvalid     = "invalid_request"
+	classUnsupported = "unsupported"
+	classNotFound    = "not_found"
+	classInternal    = "internal"
+)
+
+// ErrUnavailable says the plugin process could not be reached (it died,
+// hung past its deadline, or is restarting). It is not one of the request
+// error classes: the same call may succeed after a restart.
+var ErrUnavailable = errors.New("plugin unavailable")
+
+// toStatus turns an error into a gRPC status that carries its class and,
+// for field errors, the field and value.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	detail := &pb.ErrorDetail{Reason: err.Error()}
+	code := codes.Internal
+	switch errdefs.Class(err) {
+	case errdefs.ErrInvalidRequest:
+		detail.Class, code = classInvalid, codes.InvalidArgument
+		var fe *errdefs.FieldError
+		if errors.As(err, &fe) {
+			detail.Field, detail.Value, detail.Reason = fe.Field, fmt.Sprint(fe.Value), fe.Reason
+		}
+	case errdefs.ErrUnsupported:
+		detail.Class, code = classUnsupported, codes.Unimplemented
+	case errdefs.ErrNotFound:
+		detail.Class, code = classNotFound, codes.NotFound
+	default:
+		detail.Class = classInternal
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = codes.DeadlineExceeded
+	}
+	st, derr := status.New(code, err.Error()).WithDetails(detail)
+	if derr != nil {
+		return status.Error(code, err.Error())
+	}
+	return st.Err()
+}
+
+// fromStatus restores the error class that toStatus sent. Transport
+// failures become ErrUnavailable; deadline and cancellation keep their
+// context errors.
+func fromStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	for _, d := range st.Details() {
+		detail, ok := d.(*pb.ErrorDetail)
+		if !ok {
+			continue
+		}
+		switch detail.Class {
+		case classInvalid:
+			if detail.Field != "" {
+				return &errdefs.FieldError{Field: detail.Field, Value: detail.Value, Reason: detail.Reason}
+			}
+			return fmt.Errorf("%w: %s", errdefs.ErrInvalidRequest, st.Message())
+		case classUnsupported:
+			return &remoteError{class: errdefs.ErrUnsupported, msg: st.Message()}
+		case classNotFound:
+			return &remoteError{class: errdefs.ErrNotFound, msg: st.Message()}
+		default:
+			return &remoteError{class: errdefs.ErrInternal, msg: st.Message()}
+		}
+	}
+	switch st.Code() {
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%w: %w: %s", ErrUnavailable, context.DeadlineExceeded, st.Message())
+	case codes.Canceled:
+		return fmt.Errorf("%w: %s", context.Canceled, st.Message())
+	case codes.Unavailable:
+		return fmt.Errorf("%w: %s", ErrUnavailable, st.Message())
+	default:
+		return &remoteError{class: errdefs.ErrInternal, msg: st.Message()}
+	}
+}
+
+// remoteError is an error that crossed the wire: its message as the plugin
+// wrote it, its class restored for errors.Is.
+type remoteError struct {
+	class error
+	msg   string
+}
+
+func (e *remoteError) Error() string        { return e.msg }
+func (e *remoteError) Is(target error) bool { return target == e.class }
