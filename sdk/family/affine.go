@@ -1,17 +1,17 @@
 package family
 
 import (
-	"github.com/kcand/kcand/sdk/spec"
 	"github.com/kcand/kcand/sdk/family/affine"
+	"github.com/kcand/kcand/sdk/spec"
 )
 
 type affineContract struct{}
 
-func (affineContract) Validate(req spec.Request) error                { return affine.Validate(req) }
+func (affineContract) Validate(req spec.Request) error               { return affine.Validate(req) }
 func (affineContract) WeightSizes(req spec.Request) map[string]int64 { return affine.WeightSizes(req) }
 func (affineContract) InputSizes(req spec.Request) map[string]int64  { return affine.InputSizes(req) }
 func (affineContract) OutputSizes(req spec.Request) map[string]int64 { return affine.OutputSizes(req) }
-func (affineContract) PatternSample(req spec.Request) spec.Sample     { return affine.PatternSample(req) }
+func (affineContract) PatternSample(req spec.Request) spec.Sample    { return affine.PatternSample(req) }
 
 func (affineContract) RandomSample(req spec.Request, seed uint64) spec.Sample {
 	return affine.RandomSample(req, seed)

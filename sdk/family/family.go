@@ -4,8 +4,8 @@
 package family
 
 import (
-	"github.com/kcand/kcand/sdk/spec"
 	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/spec"
 )
 
 // Contract is what the host needs of a family.

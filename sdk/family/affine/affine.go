@@ -21,8 +21,8 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/kcand/kcand/sdk/spec"
 	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/spec"
 )
 
 // Binding names.

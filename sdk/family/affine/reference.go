@@ -1,8 +1,8 @@
 package affine
 
 import (
-	"github.com/kcand/kcand/sdk/spec"
 	"github.com/kcand/kcand/sdk/bf16"
+	"github.com/kcand/kcand/sdk/spec"
 )
 
 // Reference computes y in float64 from the same quantised weights the

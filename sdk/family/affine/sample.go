@@ -4,8 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/kcand/kcand/sdk/spec"
 	"github.com/kcand/kcand/sdk/bf16"
+	"github.com/kcand/kcand/sdk/spec"
 )
 
 // Quantize turns dense weights w [out][in] into the affine layout with the

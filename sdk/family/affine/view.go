@@ -1,10 +1,10 @@
 package affine
 
 import (
-	"github.com/kcand/kcand/sdk/spec"
 	"github.com/kcand/kcand/sdk/bf16"
 	"github.com/kcand/kcand/sdk/cpukernel"
 	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/spec"
 )
 
 // HostView reads affine weights and activations that the CPU can address:
