@@ -81,7 +81,7 @@ func PatternSample(req spec.Request) spec.Sample {
 	biases := make([]float32, out*groups)
 	for o := 0; o < out; o++ {
 		for i := range q {
-			q[i] = uint8((o*5 + i*3 + i/7) % levels)
+			q[i] = uint8((o*5 + i + 3*(i/levels)) % levels)
 		}
 		packed = append(packed, Pack(q, bits)...)
 		for gi := 0; gi < groups; gi++ {

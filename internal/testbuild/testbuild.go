@@ -1,0 +1,35 @@
+// Package testbuild builds the repository's plugin binaries for tests that
+// need real plugin processes.
+package testbuild
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+)
+
+// Plugins lists the repository's plugins.
+var Plugins = []string{"qmm", "gemv", "mxfp4", "fp8tc"}
+
+// BuildPlugins builds the named plugins (all when none are named) into a
+// new temporary directory and returns it; the caller removes it.
+func BuildPlugins(names ...string) (string, error) {
+	if len(names) == 0 {
+		names = Plugins
+	}
+	dir, err := os.MkdirTemp("", "kcand-plugins-")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"build", "-o", dir + "/"}
+	for _, n := range names {
+		args = append(args, "github.com/kcand/kcand/plugins/"+n)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("building plugins %v: %w", names, err)
+	}
+	return dir, nil
+}

@@ -1,0 +1,164 @@
+package affine
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kcand/kcand/sdk/bf16"
+	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/spec"
+)
+
+func request(tokens, in, out, bits, group int) spec.Request {
+	return spec.Request{
+		Family: spec.FamilyAffine, Phase: spec.PhaseDecode, Tokens: tokens, InFeatures: in, OutFeatures: out,
+		Weight: spec.Format{Kind: FormatKind, Bits: bits, GroupSize: group}, Activation: spec.BF16,
+	}
+}
+
+func TestPackUnpackRoundTripsEveryWidth(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, bits := range SupportedBits {
+		q := make([]uint8, 256)
+		for i := range q {
+			q[i] = uint8(rng.IntN(1 << bits))
+		}
+		row := Pack(q, bits)
+		require.Len(t, row, 256*bits/8)
+		fast := make([]uint8, len(q))
+		UnpackRow(row, bits, fast)
+		for i := range q {
+			require.Equal(t, uint32(q[i]), Unpack(row, i, bits), "bits=%d i=%d", bits, i)
+		}
+		require.Equal(t, q, fast, "bits=%d UnpackRow", bits)
+	}
+}
+
+// TestPackingMatchesMLX checks hand-packed bytes in MLX's layout: 3-bit
+// values straddle bytes, value 3 of a run of 8 starts at bit 1 of byte 1.
+func TestPackingMatchesMLX(t *testing.T) {
+	q := []uint8{1, 2, 3, 4, 5, 6, 7, 0}
+	// bit stream: 001 010 011 100 101 110 111 000 (value 0 in the low bits)
+	// byte0 = v0 | v1<<3 | (v2&3)<<6 = 1 | 16 | 192 = 0xd1
+	// byte1 = v2>>2 | v3<<1 | v4<<4 | (v5&1)<<7 = 0 | 8 | 80 | 0 = 0x58
+	// byte2 = v5>>1 | v6<<2 | v7<<5 = 3 | 28 | 0 = 0x1f
+	assert.Equal(t, []byte{0xd1, 0x58, 0x1f}, Pack(q, 3))
+	// 4-bit: two values per byte, low nibble first; a uint32 holds 8 values.
+	assert.Equal(t, []byte{0x21, 0x43, 0x65, 0x07}, Pack(q, 4))
+	// 6-bit: 4 values in 3 bytes.
+	assert.Equal(t, []byte{0x81, 0x30, 0x10}, Pack(q[:4], 6))
+}
+
+func TestValidateNamesFieldAndValue(t *testing.T) {
+	cases := []struct {
+		name  string
+		edit  func(*spec.Request)
+		field string
+	}{
+		{"zero tokens", func(r *spec.Request) { r.Tokens = 0 }, "tokens"},
+		{"zero out", func(r *spec.Request) { r.OutFeatures = 0 }, "out_features"},
+		{"bits", func(r *spec.Request) { r.Weight.Bits = 7 }, "weight.bits"},
+		{"group", func(r *spec.Request) { r.Weight.GroupSize = 48 }, "weight.group_size"},
+		{"group does not divide", func(r *spec.Request) { r.InFeatures = 320 }, "weight.group_size"},
+		{"activation", func(r *spec.Request) { r.Activation = spec.F32 }, "activation"},
+		{"format", func(r *spec.Request) { r.Weight.Kind = "mxfp4" }, "weight.kind"},
+		{"family", func(r *spec.Request) { r.Family = spec.FamilyFP8 }, "family"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := request(1, 256, 64, 4, 128)
+			tc.edit(&req)
+			err := Validate(req)
+			var fe *errdefs.FieldError
+			require.ErrorAs(t, err, &fe)
+			assert.Equal(t, tc.field, fe.Field)
+			assert.ErrorIs(t, err, errdefs.ErrInvalidRequest)
+		})
+	}
+	assert.NoError(t, Validate(request(1, 256, 64, 4, 128)))
+}
+
+// TestQuantizeIsCloseToTheDenseWeights checks the quantiser's error is
+// bounded by half a step per group.
+func TestQuantizeIsCloseToTheDenseWeights(t *testing.T) {
+	for _, bits := range SupportedBits {
+		req := request(1, 128, 4, bits, 32)
+		rng := rand.New(rand.NewPCG(3, uint64(bits)))
+		w := make([]float32, req.OutFeatures*req.InFeatures)
+		for i := range w {
+			w[i] = rng.Float32()*2 - 1
+		}
+		q := Quantize(req, w)
+		for o := 0; o < req.OutFeatures; o++ {
+			row := DequantizeRow(req, q, o)
+			for i, v := range row {
+				step := float64(bf16.Get(q[Scales], o*Groups(req)+i/32))
+				assert.InDelta(t, w[o*req.InFeatures+i], v, step*0.5+0.02, "bits=%d o=%d i=%d", bits, o, i)
+			}
+		}
+	}
+}
+
+func TestReferenceMatchesDenseProduct(t *testing.T) {
+	req := request(2, 64, 3, 4, 32)
+	req.Bias = true
+	s := RandomSample(req, 7)
+	got := Reference(req, s.Weights, s.Inputs[X])
+	for tok := 0; tok < 2; tok++ {
+		for o := 0; o < 3; o++ {
+			w := DequantizeRow(req, s.Weights, o)
+			var want float64
+			for i := 0; i < 64; i++ {
+				want += float64(bf16.Get(s.Inputs[X], tok*64+i)) * w[i]
+			}
+			want += float64(bf16.Get(s.Weights[Bias], o))
+			assert.InDelta(t, want, got[tok*3+o], 1e-9)
+		}
+	}
+}
+
+func TestGate(t *testing.T) {
+	want := []float64{0, 100, -3}
+	ok := bf16.Encode([]float32{0.1, 100.5, -3.05})
+	assert.NoError(t, Check(ok, want))
+	bad := bf16.Encode([]float32{0.1, 102, -3})
+	err := Check(bad, want)
+	var ge *GateError
+	require.ErrorAs(t, err, &ge)
+	assert.Equal(t, 1, ge.Worst.Index)
+	assert.Equal(t, 1, ge.Failed)
+	nan := bf16.Encode([]float32{float32(math.NaN()), 100, -3})
+	require.ErrorAs(t, Check(nan, want), &ge)
+	assert.Equal(t, 0, ge.Worst.Index, "NaN never passes")
+	assert.Error(t, Check(ok[:2], want), "short output")
+}
+
+func TestSpotCheckFindsAWrongElement(t *testing.T) {
+	req := request(3, 256, 40, 5, 64)
+	s := RandomSample(req, 9)
+	ref := Reference(req, s.Weights, s.Inputs[X])
+	y := make([]byte, 2*len(ref))
+	for i, v := range ref {
+		bf16.Set(y, i, float32(v))
+	}
+	require.NoError(t, SpotCheck(req, s, y, 0))
+	require.NoError(t, SpotCheck(req, s, y, 17))
+	bf16.Set(y, 57, float32(ref[57]+5))
+	assert.Error(t, SpotCheck(req, s, y, 0), "the full check sees element 57")
+}
+
+func TestPatternSampleUsesEveryLevel(t *testing.T) {
+	for _, bits := range SupportedBits {
+		req := request(1, 256, 8, bits, 64)
+		s := PatternSample(req)
+		seen := map[uint32]bool{}
+		for i := 0; i < 256; i++ {
+			seen[Unpack(s.Weights[Weight], i, bits)] = true
+		}
+		assert.Len(t, seen, 1<<bits, "bits=%d", bits)
+	}
+}
