@@ -29,6 +29,24 @@ type Options struct {
 	Manager ManagerOptions
 	// Measure tunes candidate measurement.
 	Measure MeasureOptions
+	// Policy governs selection; nil means LoadPolicy("") (the defaults with
+	// the KCAND_* environment variables applied).
+	Policy *Policy
+	// CachePath is the plan cache file; empty keeps plans in memory only.
+	CachePath string
+}
+
+// LoadPolicy builds a policy from the defaults, then the JSON file at path
+// (when not empty), then the KCAND_* environment variables.
+func LoadPolicy(path string) (Policy, error) {
+	p := DefaultPolicy()
+	var err error
+	if path != "" {
+		if p, err = p.LoadPolicyFile(path); err != nil {
+			return p, err
+		}
+	}
+	return p.ApplyEnv(os.Environ())
 }
 
 // Host runs plugins and selects candidates on one device.
@@ -38,6 +56,9 @@ type Host struct {
 	manager  *Manager
 	registry *Registry
 	measurer *measurer
+	planner  *planner
+	cache    *Cache
+	policy   Policy
 }
 
 // Open starts a host: it opens the device, starts every plugin in the
@@ -48,6 +69,10 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = hclog.NewNullLogger()
+	}
+	policy, err := resolvePolicy(opts.Policy)
+	if err != nil {
+		return nil, err
 	}
 	dev, err := openDevice(opts.Device)
 	if err != nil {
@@ -69,8 +94,11 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	}
 	measureOpts := opts.Measure
 	measureOpts.defaults()
-	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry}
-	h.measurer = &measurer{dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts}
+	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry, policy: policy}
+	h.measurer = &measurer{dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts, policy: policy}
+	h.cache = OpenCache(opts.CachePath, validatorsFor(dev.Profile()), stamps(manager.Plugins()), logger.Named("cache"))
+	h.planner = newPlanner(registry, h.measurer, h.cache, policy, dev.Profile(), logger.Named("planner"))
+	h.planner.owner = h
 	logger.Info("host open", "device", dev.Kind(), "hardware", dev.Profile().Name, "plugins", len(manager.Plugins()), "refused", len(manager.Refused()))
 	return h, nil
 }
@@ -107,6 +135,42 @@ func (h *Host) Manager() *Manager { return h.manager }
 
 // Registry indexes the candidates.
 func (h *Host) Registry() *Registry { return h.registry }
+
+func resolvePolicy(p *Policy) (Policy, error) {
+	if p == nil {
+		return LoadPolicy("")
+	}
+	return *p, p.Validate()
+}
+
+func validatorsFor(hw sdk.Hardware) Validators {
+	return Validators{HostVersion: Version, Device: string(hw.Kind), GPU: hw.Name, ComputeCapability: hw.ComputeCapability, Driver: hw.Driver}
+}
+
+func stamps(plugins []*Plugin) map[string]PluginStamp {
+	out := map[string]PluginStamp{}
+	for _, p := range plugins {
+		out[p.Name()] = stampOf(p)
+	}
+	return out
+}
+
+// Plan returns the plan for req: forced by policy, else cached, else
+// measured now (one tuner per request; concurrent callers get the fallback
+// or wait, by policy), else the fallback. The same request gets the same
+// plan for the rest of the host's life.
+func (h *Host) Plan(ctx context.Context, req sdk.Request) (*Plan, error) {
+	return h.planner.plan(ctx, req)
+}
+
+// Stats reports what the planner has done.
+func (h *Host) Stats() Stats { return h.planner.stats() }
+
+// Cache is the plan cache.
+func (h *Host) Cache() *Cache { return h.cache }
+
+// Policy is the policy in force.
+func (h *Host) Policy() Policy { return h.policy }
 
 // Measure runs and times every admitted candidate of req on sample inputs
 // and decides which to use.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -52,9 +53,6 @@ type Decision struct {
 
 // MeasureOptions tune the measurement.
 type MeasureOptions struct {
-	// MinimumImprovementBps is how much faster than the fallback a winner
-	// must be, in basis points (default 300 = 3%).
-	MinimumImprovementBps float64
 	// TargetMicros is the device time to spend timing each candidate (default 20 ms).
 	TargetMicros float64
 	// MinIterations and MaxIterations bound the timed iterations (defaults 5, 2000).
@@ -66,9 +64,6 @@ type MeasureOptions struct {
 }
 
 func (o *MeasureOptions) defaults() {
-	if o.MinimumImprovementBps == 0 {
-		o.MinimumImprovementBps = 300
-	}
 	if o.TargetMicros <= 0 {
 		o.TargetMicros = 20000
 	}
@@ -93,6 +88,10 @@ type measurer struct {
 	registry *Registry
 	logger   hclog.Logger
 	opts     MeasureOptions
+	policy   Policy
+	// work counts device operations issued (allocations, executions,
+	// benchmarks): a cache hit must leave it unchanged.
+	work atomic.Int64
 }
 
 // run is one candidate's progress through a measurement.
@@ -107,6 +106,11 @@ type run struct {
 // sampleBuffers hold one request's weights, inputs and outputs.
 type sampleBuffers struct {
 	weights, inputs, outputs *bufferSet
+}
+
+func (ms *measurer) allocateSample(c family.Contract, req sdk.Request) (*sampleBuffers, error) {
+	ms.work.Add(3)
+	return allocateSample(ms.dev, c, req)
 }
 
 func allocateSample(dev device.Device, c family.Contract, req sdk.Request) (*sampleBuffers, error) {
@@ -180,7 +184,7 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request) (*Decision, er
 	if err != nil {
 		return nil, err
 	}
-	bufs, err := allocateSample(ms.dev, contract, req)
+	bufs, err := ms.allocateSample(contract, req)
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +216,9 @@ func (ms *measurer) admit(ctx context.Context, req sdk.Request) (*Decision, []*r
 	var runs []*run
 	for i, e := range entries {
 		a := admissions[e.Info.Name]
+		if ok, why := ms.policy.admits(e.Info); a.Admitted && !ok {
+			a.Admitted, a.Reason = false, why
+		}
 		d.Measurements[i] = Measurement{Candidate: e.Info.Name, Plugin: e.Plugin.Name(), Fallback: e.Info.Fallback, Reason: a.Reason}
 		if !a.Admitted {
 			if e.Info.Fallback {
@@ -289,6 +296,7 @@ func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, weight
 	if err := outputs.fill(0xff); err != nil { // bf16/f32 NaN: unwritten elements fail the gate
 		return nil, 0, err
 	}
+	ms.work.Add(1)
 	us, err := r.prep.execute(ctx, io)
 	if err != nil {
 		return nil, 0, err
@@ -312,6 +320,7 @@ func (ms *measurer) time(ctx context.Context, io map[string]device.Handle, runs 
 			iterations = int(ms.opts.TargetMicros / r.firstMicros)
 		}
 		iterations = min(max(iterations, ms.opts.MinIterations), ms.opts.MaxIterations)
+		ms.work.Add(1)
 		res, err := r.prep.benchmark(ctx, io, max(2, iterations/10), iterations)
 		if err == nil {
 			err = checkBenchmark(res, iterations)
@@ -370,9 +379,9 @@ func (ms *measurer) decide(d *Decision, runs []*run) {
 	case best == fb:
 		fb.m.Verdict = VerdictChosen
 		d.Reason = "fallback is the fastest"
-	case gain < ms.opts.MinimumImprovementBps:
+	case gain < ms.policy.MinimumImprovementBps:
 		best.m.Verdict, fb.m.Verdict = VerdictTooClose, VerdictKept
-		d.Reason = fmt.Sprintf("%s is only %.0f bps faster (need %.0f)", best.entry.Info.Name, gain, ms.opts.MinimumImprovementBps)
+		d.Reason = fmt.Sprintf("%s is only %.0f bps faster (need %.0f)", best.entry.Info.Name, gain, ms.policy.MinimumImprovementBps)
 		best = fb
 	case margin <= spread:
 		best.m.Verdict, fb.m.Verdict = VerdictTooClose, VerdictKept

@@ -19,7 +19,7 @@ func TestSummarizeDropsTheSlowestTenth(t *testing.T) {
 
 // decideOn runs the decision rule on synthetic timings, fallback first.
 func decideOn(timings ...Timing) *Decision {
-	ms := &measurer{opts: MeasureOptions{}}
+	ms := &measurer{opts: MeasureOptions{}, policy: DefaultPolicy()}
 	ms.opts.defaults()
 	d := &Decision{Measurements: make([]Measurement, len(timings))}
 	var runs []*run

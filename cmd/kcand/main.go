@@ -1,7 +1,8 @@
 // Command kcand lists kernel plugins and tunes requests through them.
 //
-//	kcand plugins [--plugin-dir DIR]
-//	kcand tune    [--plugin-dir DIR] [--device cpu|cuda|auto]
+//	kcand plugins [--plugin-dir DIR] [--device cpu|cuda|auto]
+//	kcand tune    [--plugin-dir DIR] [--device cpu|cuda|auto] [--cache FILE] [--config FILE]
+//	kcand cache   show|clear [--cache FILE]
 package main
 
 import (
@@ -18,13 +19,15 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/kcand/kcand/host"
+	"github.com/kcand/kcand/sdk"
 )
 
 const usage = `usage: kcand <command> [flags]
 
 commands:
   plugins   list plugins: name, version, sha256, candidates, health
-  tune      tune the built-in demo requests and print each decision
+  tune      plan the built-in demo requests (measuring what is not cached)
+  cache     show or clear the plan cache
 
 Run "kcand <command> -h" for the flags of a command.
 `
@@ -48,6 +51,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runPlugins(ctx, args[1:], stdout, stderr)
 	case "tune":
 		return runTune(ctx, args[1:], stdout, stderr)
+	case "cache":
+		return runCache(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -61,12 +66,18 @@ type commonFlags struct {
 	pluginDir string
 	device    string
 	logLevel  string
+	cache     string
+	config    string
+	// tuneAll widens the tuning policy to every request of every family.
+	tuneAll bool
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.pluginDir, "plugin-dir", defaultPluginDir(), "directory of plugin binaries (env "+host.PluginDirEnv+")")
 	fs.StringVar(&c.device, "device", "auto", "device: cpu, cuda or auto")
 	fs.StringVar(&c.logLevel, "log-level", "warn", "log level on stderr: trace, debug, info, warn, error")
+	fs.StringVar(&c.cache, "cache", host.DefaultCachePath(), "plan cache file; empty keeps plans in memory (env "+host.CacheFileEnv+")")
+	fs.StringVar(&c.config, "config", "", "policy file (JSON); KCAND_* variables override it")
 }
 
 // defaultPluginDir is $KCAND_PLUGIN_DIR, else "plugins" beside the kcand binary.
@@ -83,5 +94,15 @@ func defaultPluginDir() string {
 
 func (c *commonFlags) open(ctx context.Context, stderr io.Writer) (*host.Host, error) {
 	logger := hclog.New(&hclog.LoggerOptions{Name: "kcand", Level: hclog.LevelFromString(c.logLevel), Output: stderr})
-	return host.Open(ctx, host.Options{PluginDir: c.pluginDir, Device: c.device, Logger: logger})
+	policy, err := host.LoadPolicy(c.config)
+	if err != nil {
+		return nil, err
+	}
+	if c.tuneAll {
+		policy.Tune = nil
+		for _, f := range sdk.Families {
+			policy.Tune = append(policy.Tune, host.TuneRule{Family: f})
+		}
+	}
+	return host.Open(ctx, host.Options{PluginDir: c.pluginDir, Device: c.device, Logger: logger, Policy: &policy, CachePath: c.cache})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/kcand/kcand/host"
 	"github.com/kcand/kcand/sdk"
@@ -17,8 +18,12 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	var c commonFlags
 	c.register(fs)
+	all := fs.Bool("all", false, "measure every demo request, whatever the tuning policy says")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *all {
+		c.tuneAll = true
 	}
 	h, err := c.open(ctx, stderr)
 	if err != nil {
@@ -26,20 +31,36 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer h.Close()
 	requests := demoRequests(h.Device().Kind())
-	fmt.Fprintf(stdout, "tuning %d demo requests on %s (%s) with %d plugins\n", len(requests), h.Device().Kind(), h.Hardware().Name, len(h.Manager().Plugins()))
+	cachePath := h.Cache().Path()
+	if cachePath == "" {
+		cachePath = "memory only"
+	}
+	fmt.Fprintf(stdout, "planning %d demo requests on %s (%s) with %d plugins; cache %s\n",
+		len(requests), h.Device().Kind(), h.Hardware().Name, len(h.Manager().Plugins()), cachePath)
 	failed := 0
+	start := time.Now()
 	for i, req := range requests {
 		fmt.Fprintf(stdout, "\n[%d/%d] %s\n", i+1, len(requests), req.Key())
-		d, err := h.Measure(ctx, req)
+		p, err := h.Plan(ctx, req)
 		if err != nil {
 			failed++
 			fmt.Fprintf(stdout, "  error: %v\n", err)
 			continue
 		}
-		printDecision(stdout, d)
+		if p.Decision != nil {
+			printDecision(stdout, p.Decision)
+		}
+		fmt.Fprintf(stdout, "  → %s (%s)", p.Candidate, p.Source)
+		if p.AverageMicros > 0 {
+			fmt.Fprintf(stdout, " %.1f µs ± %.1f", p.AverageMicros, p.SpreadMicros)
+		}
+		fmt.Fprintf(stdout, ": %s\n", p.Reason)
 	}
+	st := h.Stats()
+	fmt.Fprintf(stdout, "\n%d requests in %.0f ms: %d measured, %d from cache, %d device operations for tuning\n",
+		len(requests), float64(time.Since(start).Microseconds())/1e3, st.Tunings, st.CacheHits, st.DeviceWork)
 	if failed > 0 {
-		return fmt.Errorf("%d of %d requests could not be tuned", failed, len(requests))
+		return fmt.Errorf("%d of %d requests could not be planned", failed, len(requests))
 	}
 	return nil
 }
@@ -52,14 +73,14 @@ func printDecision(w io.Writer, d *host.Decision) {
 		if m.Timing.Iterations > 0 {
 			t, s = fmt.Sprintf("%.1f", m.Timing.Mean), fmt.Sprintf("%.1f", m.Timing.Spread)
 		}
-		why := ""
+		note := ""
 		if m.Verdict == host.VerdictRefused || m.Verdict == host.VerdictRejected || m.Verdict == host.VerdictFailed {
-			why = m.Reason
+			note = m.Reason
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", m.Candidate, m.Plugin, t, s, m.Verdict, why)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", m.Candidate, m.Plugin, t, s, m.Verdict, note)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "  → %s: %s (tuning took %.0f ms)\n", d.Choice, d.Reason, float64(d.Cost.Microseconds())/1e3)
+	fmt.Fprintf(w, "  tuning took %.0f ms\n", float64(d.Cost.Microseconds())/1e3)
 }
 
 // demoRequests is the built-in demo set: decode and prefill shapes of a
@@ -72,6 +93,14 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			Weight: sdk.Format{Kind: "affine", Bits: bits, GroupSize: group},
 		}
 	}
+	dense := func(role sdk.Role, tokens, in, out int) sdk.Request {
+		phase := sdk.PhaseDecode
+		if tokens > 8 {
+			phase = sdk.PhasePrefill
+		}
+		return sdk.Request{Family: sdk.FamilyDense, Phase: phase, Role: role, Tokens: tokens,
+			InFeatures: in, OutFeatures: out, Activation: sdk.BF16, Weight: sdk.Format{Kind: "bf16"}}
+	}
 	if kind == device.CUDA {
 		return []sdk.Request{
 			affine(sdk.PhaseDecode, sdk.RoleAttentionQKV, 1, 4096, 6144, 4, 64),
@@ -79,6 +108,8 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			affine(sdk.PhaseDecode, sdk.RoleDown, 1, 14336, 4096, 4, 64),
 			affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 4096, 4096, 8, 64),
 			affine(sdk.PhasePrefill, sdk.RoleGateUp, 256, 4096, 14336, 4, 64),
+			dense(sdk.RoleRouter, 1, 2880, 32),
+			dense(sdk.RoleOutputHead, 512, 4096, 128256),
 		}
 	}
 	return []sdk.Request{
@@ -87,5 +118,7 @@ func demoRequests(kind device.Kind) []sdk.Request {
 		affine(sdk.PhaseDecode, sdk.RoleDown, 1, 2048, 1024, 8, 128),
 		affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 1152, 1032, 3, 64),
 		affine(sdk.PhasePrefill, sdk.RoleGateUp, 64, 1024, 1024, 4, 32),
+		dense(sdk.RoleRouter, 1, 2880, 32),
+		dense(sdk.RoleOutputHead, 512, 4096, 128256),
 	}
 }
