@@ -115,11 +115,11 @@ func (pl *planner) decide(ctx context.Context, req sdk.Request) (*Plan, error) {
 		cand, source, reason := densePlan(req)
 		return &Plan{Request: req, Candidate: cand, Source: source, Reason: reason}, nil
 	}
-	if !pl.policy.WorthTuning(req) {
-		return pl.fallback(ctx, req, fmt.Sprintf("the tuning policy does not cover %s tokens=%d", req.Phase, req.Tokens))
-	}
 	if p, ok := pl.cached(ctx, req); ok {
 		return p, nil
+	}
+	if !pl.policy.WorthTuning(req) {
+		return pl.fallback(ctx, req, fmt.Sprintf("the tuning policy does not cover %s tokens=%d", req.Phase, req.Tokens))
 	}
 	if why := pl.budgetLeft(); why != "" {
 		return pl.fallback(ctx, req, why)

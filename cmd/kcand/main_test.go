@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -36,14 +37,29 @@ func TestPluginsListsEveryPlugin(t *testing.T) {
 	}
 }
 
-func TestTuneMeasuresAndChoosesForEveryDemoRequest(t *testing.T) {
+func TestTuneMeasuresThenServesFromCache(t *testing.T) {
+	cache := filepath.Join(t.TempDir(), "plans.json")
+	args := []string{"tune", "--plugin-dir", pluginDir, "--device", "cpu", "--cache", cache}
 	var out, errOut bytes.Buffer
-	require.NoError(t, run(context.Background(), []string{"tune", "--plugin-dir", pluginDir, "--device", "cpu"}, &out, &errOut), errOut.String())
+	require.NoError(t, run(context.Background(), append(args, "--all"), &out, &errOut), errOut.String())
 	text := out.String()
 	assert.Equal(t, len(demoRequests("cpu")), strings.Count(text, "→ "), text)
-	assert.Contains(t, text, "gemv")
+	assert.Equal(t, 5, strings.Count(text, "(measured)"), "every affine demo request is measured with --all")
 	assert.Contains(t, text, "refused", "the prefill request refuses GEMV")
+	assert.Contains(t, text, "(heuristic)", "dense requests are planned by rule")
 	assert.NotContains(t, text, "error:")
+
+	out.Reset()
+	require.NoError(t, run(context.Background(), args, &out, &errOut), errOut.String())
+	assert.Equal(t, 5, strings.Count(out.String(), "(cached)"), "every measured request comes from the cache: %s", out.String())
+	assert.Contains(t, out.String(), "0 measured")
+	assert.Contains(t, out.String(), "0 device operations")
+
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"cache", "show", "--cache", cache}, &out, &errOut))
+	assert.Contains(t, out.String(), "5 entries")
+	require.NoError(t, run(context.Background(), []string{"cache", "clear", "--cache", cache}, &out, &errOut))
+	assert.NoFileExists(t, cache)
 }
 
 func TestBadCommandLines(t *testing.T) {
