@@ -59,6 +59,8 @@ type Host struct {
 	planner  *planner
 	cache    *Cache
 	policy   Policy
+	// launcher runs exported launch plans; nil on devices without kernels.
+	launcher launcher
 }
 
 // Open starts a host: it opens the device, starts every plugin in the

@@ -30,6 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	realPlugins = dir
+	os.Setenv(PluginDirEnv, dir) // for the Example, which reads it as an engine would
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

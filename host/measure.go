@@ -89,6 +89,7 @@ type measurer struct {
 	logger   hclog.Logger
 	opts     MeasureOptions
 	policy   Policy
+	launcher launcher
 	// work counts device operations issued (allocations, executions,
 	// benchmarks): a cache hit must leave it unchanged.
 	work atomic.Int64
@@ -287,7 +288,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 // reads the outputs back.
 func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, weights, io map[string]device.Handle, outputs *bufferSet) (map[string][]byte, float64, error) {
 	if r.prep == nil {
-		p, err := prepare(ctx, ms.dev, r.entry, req, ms.hw, weights)
+		p, err := prepare(ctx, ms.dev, r.entry, req, ms.hw, weights, ms.launcher)
 		if err != nil {
 			return nil, 0, err
 		}

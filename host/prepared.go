@@ -9,6 +9,7 @@ import (
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/family"
 )
 
 // maxWorkspaceBytes bounds the scratch memory a plugin may ask for (4 GiB).
@@ -28,13 +29,23 @@ type prepared struct {
 	weights map[string]device.Handle
 	dev     device.Device
 
+	// known and ioSizes feed launch-plan validation: the module hashes the
+	// host has, and the input and output binding sizes of the request.
+	known   launcher
+	ioSizes map[string]int64
+
 	mu        sync.Mutex
 	id        string
 	workspace *bufferSet
+	launch    *sdk.LaunchPlan
 }
 
-func prepare(ctx context.Context, dev device.Device, e Entry, req sdk.Request, hw sdk.Hardware, weights map[string]device.Handle) (*prepared, error) {
-	p := &prepared{entry: e, req: req, hw: hw, weights: weights, dev: dev}
+func prepare(ctx context.Context, dev device.Device, e Entry, req sdk.Request, hw sdk.Hardware, weights map[string]device.Handle, l launcher) (*prepared, error) {
+	c, err := family.Lookup(req.Family)
+	if err != nil {
+		return nil, err
+	}
+	p := &prepared{entry: e, req: req, hw: hw, weights: weights, dev: dev, known: l, ioSizes: mergeSizes(c.InputSizes(req), c.OutputSizes(req))}
 	if err := p.reprepare(ctx); err != nil {
 		return nil, err
 	}
@@ -43,7 +54,12 @@ func prepare(ctx context.Context, dev device.Device, e Entry, req sdk.Request, h
 
 // reprepare (re)creates the plugin-side state and the workspace.
 func (p *prepared) reprepare(ctx context.Context) error {
-	info, err := p.entry.Client.Prepare(ctx, sdk.PrepareRequest{Candidate: p.entry.Info.Name, Request: p.req, Hardware: p.hw, Weights: p.weights})
+	req := sdk.PrepareRequest{Candidate: p.entry.Info.Name, Request: p.req, Hardware: p.hw, Weights: p.weights}
+	var known func(string) bool
+	if p.known != nil {
+		req.KnownModules, known = p.known.knownModules(), p.known.known
+	}
+	info, err := p.entry.Client.Prepare(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -51,9 +67,15 @@ func (p *prepared) reprepare(ctx context.Context) error {
 		_ = p.entry.Client.Release(ctx, info.ID, nil)
 		return errdefs.Internal("candidate %s asked for a workspace of %d bytes (limit %d)", p.entry.Info.Name, info.WorkspaceBytes, int64(maxWorkspaceBytes))
 	}
+	if info.Launch != nil {
+		if err := sdk.ValidateLaunchPlan(info.Launch, known, p.bindingSizes(info.WorkspaceBytes), p.hw.Limits); err != nil {
+			_ = p.entry.Client.Release(ctx, info.ID, nil)
+			return fmt.Errorf("candidate %s dropped: %w", p.entry.Info.Name, err)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.id = info.ID
+	p.id, p.launch = info.ID, info.Launch
 	if info.WorkspaceBytes > 0 && (p.workspace == nil || p.workspace.bufs[sdk.BufferWorkspace].Size() < info.WorkspaceBytes) {
 		if p.workspace != nil {
 			p.workspace.free()
@@ -65,6 +87,40 @@ func (p *prepared) reprepare(ctx context.Context) error {
 		p.workspace = ws
 	}
 	return nil
+}
+
+// bindingSizes names every buffer a launch plan may point into, with its size.
+func (p *prepared) bindingSizes(workspace int64) map[string]int64 {
+	sizes := mergeSizes(p.ioSizes)
+	for name, h := range p.weights {
+		sizes[name] = h.Size
+	}
+	if workspace > 0 {
+		sizes[sdk.BufferWorkspace] = workspace
+	}
+	return sizes
+}
+
+// launchPlan is the candidate's exported launch plan, or nil.
+func (p *prepared) launchPlan() *sdk.LaunchPlan {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.launch
+}
+
+// bindingsWithWeights returns the buffers fixed for the prepared candidate's
+// life: the weights and the workspace.
+func (p *prepared) bindingsWithWeights(weights map[string]device.Buffer) map[string]device.Buffer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]device.Buffer{}
+	for k, v := range weights {
+		out[k] = v
+	}
+	if p.workspace != nil {
+		out[sdk.BufferWorkspace] = p.workspace.bufs[sdk.BufferWorkspace]
+	}
+	return out
 }
 
 // bindings adds the workspace to io.

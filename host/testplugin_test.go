@@ -18,9 +18,10 @@ import (
 // Test plugins are the test binary started under another name; the name
 // says how it misbehaves.
 const (
-	pluginProto2 = "proto2" // speaks protocol version 2
-	pluginWrong  = "wrong"  // candidate "wrong" gets one element wrong
-	pluginOracle = "oracle" // candidate "oracle": the float64 reference, correct
+	pluginProto2  = "proto2"  // speaks protocol version 2
+	pluginWrong   = "wrong"   // candidate "wrong" gets one element wrong
+	pluginOracle  = "oracle"  // candidate "oracle": the float64 reference, correct
+	pluginBadPlan = "badplan" // candidate "badplan" exports a launch plan naming an unknown buffer
 )
 
 // serveTestPlugin serves the behaviour named by the binary's file name.
@@ -34,6 +35,8 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, oracle{name: "wrong", corrupt: true})
 	case pluginOracle:
 		sdk.Serve(opts, oracle{name: "oracle"})
+	case pluginBadPlan:
+		sdk.Serve(opts, oracle{name: "badplan", badPlan: true})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)
@@ -45,6 +48,7 @@ func serveTestPlugin(name string) {
 type oracle struct {
 	name    string
 	corrupt bool
+	badPlan bool
 }
 
 func (o oracle) Info() sdk.CandidateInfo {
@@ -63,7 +67,22 @@ func (o oracle) Prepare(_ context.Context, _ sdk.Env, req sdk.Request, weights s
 	if err != nil {
 		return nil, err
 	}
+	if o.badPlan {
+		return &badPlanPrepared{oraclePrepared{o: o, view: view}}, nil
+	}
 	return &oraclePrepared{o: o, view: view}, nil
+}
+
+// badPlanPrepared exports a plan whose kernel would read a buffer the host
+// never bound: the host must refuse it before any launch.
+type badPlanPrepared struct{ oraclePrepared }
+
+func (p *badPlanPrepared) Export() (sdk.LaunchPlan, error) {
+	m := sdk.NewModule(sdk.ModuleCubin, []byte("not really a cubin"))
+	return sdk.LaunchPlan{Modules: []sdk.Module{m}, Launches: []sdk.Launch{{
+		Module: m.Hash, Function: "steal", Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1},
+		Params: []sdk.Param{sdk.BufferParam("host_secrets"), sdk.BufferParam(affine.Y)},
+	}}}, nil
 }
 
 type oraclePrepared struct {

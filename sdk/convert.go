@@ -64,15 +64,34 @@ func clampInt(v int64) int {
 
 func profileToProto(p device.Profile) *pb.Hardware {
 	return &pb.Hardware{
-		Kind:              string(p.Kind),
-		Name:              p.Name,
-		Uuid:              p.UUID,
-		ComputeCapability: p.ComputeCapability,
-		Multiprocessors:   int32(p.Multiprocessors),
-		MemoryBytes:       p.MemoryBytes,
-		L2Bytes:           p.L2Bytes,
-		Driver:            p.Driver,
+		Kind:               string(p.Kind),
+		Name:               p.Name,
+		Uuid:               p.UUID,
+		ComputeCapability:  p.ComputeCapability,
+		Multiprocessors:    int32(p.Multiprocessors),
+		MemoryBytes:        p.MemoryBytes,
+		L2Bytes:            p.L2Bytes,
+		Driver:             p.Driver,
+		MaxThreadsPerBlock: int32(p.Limits.MaxThreadsPerBlock),
+		MaxBlockDim:        int32s(p.Limits.MaxBlockDim[:]),
+		MaxGridDim:         int32s(p.Limits.MaxGridDim[:]),
+		MaxSharedPerBlock:  int32(p.Limits.MaxSharedPerBlock),
 	}
+}
+
+func int32s(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+func dims(v []int32) (out [3]int) {
+	for i := 0; i < len(v) && i < 3; i++ {
+		out[i] = int(v[i])
+	}
+	return out
 }
 
 func profileFromProto(p *pb.Hardware) device.Profile {
@@ -88,6 +107,12 @@ func profileFromProto(p *pb.Hardware) device.Profile {
 		MemoryBytes:       p.MemoryBytes,
 		L2Bytes:           p.L2Bytes,
 		Driver:            p.Driver,
+		Limits: device.Limits{
+			MaxThreadsPerBlock: int(p.MaxThreadsPerBlock),
+			MaxBlockDim:        dims(p.MaxBlockDim),
+			MaxGridDim:         dims(p.MaxGridDim),
+			MaxSharedPerBlock:  int(p.MaxSharedPerBlock),
+		},
 	}
 }
 
@@ -177,4 +202,56 @@ func descriptionFromProto(p *pb.DescribeResponse) Description {
 		d.Candidates = append(d.Candidates, info)
 	}
 	return d
+}
+
+func launchPlanToProto(p *LaunchPlan) *pb.LaunchPlan {
+	if p == nil {
+		return nil
+	}
+	out := &pb.LaunchPlan{}
+	for _, m := range p.Modules {
+		out.Modules = append(out.Modules, &pb.Module{Hash: m.Hash, Kind: string(m.Kind), Image: m.Image})
+	}
+	for _, l := range p.Launches {
+		pl := &pb.Launch{Module: l.Module, Function: l.Function, Grid: l.Grid[:], Block: l.Block[:], SharedBytes: l.SharedBytes}
+		for _, prm := range l.Params {
+			pl.Params = append(pl.Params, &pb.Param{Buffer: prm.Buffer, Offset: prm.Offset, Scalar: prm.Scalar})
+		}
+		out.Launches = append(out.Launches, pl)
+	}
+	return out
+}
+
+// launchPlanFromProto converts without validating (the host validates);
+// grid and block lists of the wrong length become zero dimensions, which
+// validation refuses.
+func launchPlanFromProto(p *pb.LaunchPlan) *LaunchPlan {
+	if p == nil {
+		return nil
+	}
+	out := &LaunchPlan{}
+	for _, m := range p.Modules {
+		if m != nil {
+			out.Modules = append(out.Modules, Module{Hash: m.Hash, Kind: ModuleKind(m.Kind), Image: m.Image})
+		}
+	}
+	for _, l := range p.Launches {
+		if l == nil {
+			continue
+		}
+		launch := Launch{Module: l.Module, Function: l.Function, SharedBytes: l.SharedBytes}
+		if len(l.Grid) == 3 {
+			copy(launch.Grid[:], l.Grid)
+		}
+		if len(l.Block) == 3 {
+			copy(launch.Block[:], l.Block)
+		}
+		for _, prm := range l.Params {
+			if prm != nil {
+				launch.Params = append(launch.Params, Param{Buffer: prm.Buffer, Offset: prm.Offset, Scalar: prm.Scalar})
+			}
+		}
+		out.Launches = append(out.Launches, launch)
+	}
+	return out
 }

@@ -65,15 +65,16 @@ func (c *GRPCClient) Admit(ctx context.Context, req Request, hw device.Profile) 
 // Prepare implements Plugin.
 func (c *GRPCClient) Prepare(ctx context.Context, req PrepareRequest) (PreparedInfo, error) {
 	resp, err := c.client.Prepare(ctx, &pb.PrepareRequest{
-		Candidate: req.Candidate,
-		Request:   requestToProto(req.Request),
-		Hardware:  profileToProto(req.Hardware),
-		Weights:   handlesToProto(req.Weights),
+		Candidate:    req.Candidate,
+		Request:      requestToProto(req.Request),
+		Hardware:     profileToProto(req.Hardware),
+		Weights:      handlesToProto(req.Weights),
+		KnownModules: req.KnownModules,
 	})
 	if err != nil {
 		return PreparedInfo{}, fromStatus(err)
 	}
-	return PreparedInfo{ID: resp.PreparedId, WorkspaceBytes: resp.WorkspaceBytes}, nil
+	return PreparedInfo{ID: resp.PreparedId, WorkspaceBytes: resp.WorkspaceBytes, Launch: launchPlanFromProto(resp.Launch)}, nil
 }
 
 // Execute implements Plugin.
@@ -144,15 +145,16 @@ func (s *GRPCServer) Prepare(ctx context.Context, req *pb.PrepareRequest) (*pb.P
 		return nil, toStatus(err)
 	}
 	info, err := s.Impl.Prepare(ctx, PrepareRequest{
-		Candidate: req.Candidate,
-		Request:   requestFromProto(req.Request),
-		Hardware:  profileFromProto(req.Hardware),
-		Weights:   weights,
+		Candidate:    req.Candidate,
+		Request:      requestFromProto(req.Request),
+		Hardware:     profileFromProto(req.Hardware),
+		Weights:      weights,
+		KnownModules: req.KnownModules,
 	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PrepareResponse{PreparedId: info.ID, WorkspaceBytes: info.WorkspaceBytes}, nil
+	return &pb.PrepareResponse{PreparedId: info.ID, WorkspaceBytes: info.WorkspaceBytes, Launch: launchPlanToProto(info.Launch)}, nil
 }
 
 // Execute implements pb.PluginServer.

@@ -21,12 +21,17 @@ type PrepareRequest struct {
 	Request   Request
 	Hardware  device.Profile
 	Weights   map[string]device.Handle
+	// KnownModules are module hashes the host has loaded; the plugin omits
+	// their images from the launch plan.
+	KnownModules []string
 }
 
 // PreparedInfo is a plugin's answer to Prepare.
 type PreparedInfo struct {
 	ID             string
 	WorkspaceBytes int64
+	// Launch is set when the candidate exports its kernels.
+	Launch *LaunchPlan
 }
 
 // ExecuteRequest runs a prepared candidate on bound buffers.

@@ -161,11 +161,20 @@ func (r *Runtime) Prepare(ctx context.Context, req PrepareRequest) (info Prepare
 	if err != nil {
 		return PreparedInfo{}, err
 	}
-	id := fmt.Sprintf("%s#%d", req.Candidate, r.nextID.Add(1))
+	info = PreparedInfo{WorkspaceBytes: p.WorkspaceBytes()}
+	if exp, ok := p.(Exporter); ok {
+		plan, err := exp.Export()
+		if err != nil {
+			_ = p.Release()
+			return PreparedInfo{}, err
+		}
+		info.Launch = withoutKnownImages(plan, req.KnownModules)
+	}
+	info.ID = fmt.Sprintf("%s#%d", req.Candidate, r.nextID.Add(1))
 	r.mu.Lock()
-	r.prepared[id] = &preparedEntry{candidate: c, request: req.Request, prepared: p, dev: dev}
+	r.prepared[info.ID] = &preparedEntry{candidate: c, request: req.Request, prepared: p, dev: dev}
 	r.mu.Unlock()
-	return PreparedInfo{ID: id, WorkspaceBytes: p.WorkspaceBytes()}, nil
+	return info, nil
 }
 
 func (r *Runtime) lookup(id string) (*preparedEntry, error) {
@@ -176,6 +185,26 @@ func (r *Runtime) lookup(id string) (*preparedEntry, error) {
 		return nil, fmt.Errorf("%w: prepared id %q", errdefs.ErrNotFound, id)
 	}
 	return e, nil
+}
+
+// withoutKnownImages names every module by its hash and drops the images
+// the host already has.
+func withoutKnownImages(plan LaunchPlan, known []string) *LaunchPlan {
+	have := map[string]bool{}
+	for _, h := range known {
+		have[h] = true
+	}
+	out := &LaunchPlan{Launches: plan.Launches}
+	for _, m := range plan.Modules {
+		if m.Hash == "" {
+			m = NewModule(m.Kind, m.Image)
+		}
+		if have[m.Hash] {
+			m.Image = nil
+		}
+		out.Modules = append(out.Modules, m)
+	}
+	return out
 }
 
 // Execute implements Plugin.

@@ -102,6 +102,17 @@ type Profile struct {
 	MemoryBytes       int64
 	L2Bytes           int64
 	Driver            string
+	// Limits bound kernel launches; zero on devices that launch no kernels.
+	Limits Limits
+}
+
+// Limits are a GPU's launch limits, used to validate launch plans.
+type Limits struct {
+	MaxThreadsPerBlock int
+	MaxBlockDim        [3]int
+	MaxGridDim         [3]int
+	// MaxSharedPerBlock is the opt-in maximum of dynamic shared memory.
+	MaxSharedPerBlock int
 }
 
 // Device allocates, copies and shares memory, and runs work in order.
@@ -137,4 +148,11 @@ func CheckRange(field string, size, offset, n int64) error {
 		return errdefs.Invalid(field, fmt.Sprintf("[%d,%d)", offset, offset+n), "outside buffer of %d bytes", size)
 	}
 	return nil
+}
+
+// Stream is an ordered queue of work on a device. The CPU device has no
+// streams: its work is complete when the call that issued it returns, so a
+// nil Stream is valid there.
+type Stream interface {
+	Synchronize() error
 }

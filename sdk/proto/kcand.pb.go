@@ -217,17 +217,21 @@ func (x *Request) GetBias() bool {
 }
 
 type Hardware struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Kind              string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Name              string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Uuid              string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	ComputeCapability string                 `protobuf:"bytes,4,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
-	Multiprocessors   int32                  `protobuf:"varint,5,opt,name=multiprocessors,proto3" json:"multiprocessors,omitempty"`
-	MemoryBytes       int64                  `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	L2Bytes           int64                  `protobuf:"varint,7,opt,name=l2_bytes,json=l2Bytes,proto3" json:"l2_bytes,omitempty"`
-	Driver            string                 `protobuf:"bytes,8,opt,name=driver,proto3" json:"driver,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Kind               string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name               string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Uuid               string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	ComputeCapability  string                 `protobuf:"bytes,4,opt,name=compute_capability,json=computeCapability,proto3" json:"compute_capability,omitempty"`
+	Multiprocessors    int32                  `protobuf:"varint,5,opt,name=multiprocessors,proto3" json:"multiprocessors,omitempty"`
+	MemoryBytes        int64                  `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	L2Bytes            int64                  `protobuf:"varint,7,opt,name=l2_bytes,json=l2Bytes,proto3" json:"l2_bytes,omitempty"`
+	Driver             string                 `protobuf:"bytes,8,opt,name=driver,proto3" json:"driver,omitempty"`
+	MaxThreadsPerBlock int32                  `protobuf:"varint,9,opt,name=max_threads_per_block,json=maxThreadsPerBlock,proto3" json:"max_threads_per_block,omitempty"`
+	MaxBlockDim        []int32                `protobuf:"varint,10,rep,packed,name=max_block_dim,json=maxBlockDim,proto3" json:"max_block_dim,omitempty"`
+	MaxGridDim         []int32                `protobuf:"varint,11,rep,packed,name=max_grid_dim,json=maxGridDim,proto3" json:"max_grid_dim,omitempty"`
+	MaxSharedPerBlock  int32                  `protobuf:"varint,12,opt,name=max_shared_per_block,json=maxSharedPerBlock,proto3" json:"max_shared_per_block,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Hardware) Reset() {
@@ -314,6 +318,34 @@ func (x *Hardware) GetDriver() string {
 		return x.Driver
 	}
 	return ""
+}
+
+func (x *Hardware) GetMaxThreadsPerBlock() int32 {
+	if x != nil {
+		return x.MaxThreadsPerBlock
+	}
+	return 0
+}
+
+func (x *Hardware) GetMaxBlockDim() []int32 {
+	if x != nil {
+		return x.MaxBlockDim
+	}
+	return nil
+}
+
+func (x *Hardware) GetMaxGridDim() []int32 {
+	if x != nil {
+		return x.MaxGridDim
+	}
+	return nil
+}
+
+func (x *Hardware) GetMaxSharedPerBlock() int32 {
+	if x != nil {
+		return x.MaxSharedPerBlock
+	}
+	return 0
 }
 
 type Handle struct {
@@ -761,11 +793,14 @@ func (x *AdmitResponse) GetAdmissions() []*Admission {
 }
 
 type PrepareRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Candidate     string                 `protobuf:"bytes,1,opt,name=candidate,proto3" json:"candidate,omitempty"`
-	Request       *Request               `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
-	Hardware      *Hardware              `protobuf:"bytes,3,opt,name=hardware,proto3" json:"hardware,omitempty"`
-	Weights       map[string]*Handle     `protobuf:"bytes,4,rep,name=weights,proto3" json:"weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Candidate string                 `protobuf:"bytes,1,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	Request   *Request               `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	Hardware  *Hardware              `protobuf:"bytes,3,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	Weights   map[string]*Handle     `protobuf:"bytes,4,rep,name=weights,proto3" json:"weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// known_modules lists the module hashes the host has loaded already; the
+	// plugin sends no image for those.
+	KnownModules  []string `protobuf:"bytes,5,rep,name=known_modules,json=knownModules,proto3" json:"known_modules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -828,12 +863,22 @@ func (x *PrepareRequest) GetWeights() map[string]*Handle {
 	return nil
 }
 
+func (x *PrepareRequest) GetKnownModules() []string {
+	if x != nil {
+		return x.KnownModules
+	}
+	return nil
+}
+
 type PrepareResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	PreparedId     string                 `protobuf:"bytes,1,opt,name=prepared_id,json=preparedId,proto3" json:"prepared_id,omitempty"`
 	WorkspaceBytes int64                  `protobuf:"varint,2,opt,name=workspace_bytes,json=workspaceBytes,proto3" json:"workspace_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// launch is set when the candidate exports its kernels for the host to
+	// launch on its own stream (the hot path).
+	Launch        *LaunchPlan `protobuf:"bytes,3,opt,name=launch,proto3" json:"launch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrepareResponse) Reset() {
@@ -880,6 +925,271 @@ func (x *PrepareResponse) GetWorkspaceBytes() int64 {
 	return 0
 }
 
+func (x *PrepareResponse) GetLaunch() *LaunchPlan {
+	if x != nil {
+		return x.Launch
+	}
+	return nil
+}
+
+// A module image (cubin, PTX or fatbin) named by the sha256 of its bytes.
+type Module struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hash          string                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Image         []byte                 `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Module) Reset() {
+	*x = Module{}
+	mi := &file_kcand_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Module) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Module) ProtoMessage() {}
+
+func (x *Module) ProtoReflect() protoreflect.Message {
+	mi := &file_kcand_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Module.ProtoReflect.Descriptor instead.
+func (*Module) Descriptor() ([]byte, []int) {
+	return file_kcand_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Module) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *Module) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Module) GetImage() []byte {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+// A kernel parameter: a pointer into a bound buffer, or immediate bytes.
+type Param struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Buffer        string                 `protobuf:"bytes,1,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Scalar        []byte                 `protobuf:"bytes,3,opt,name=scalar,proto3" json:"scalar,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Param) Reset() {
+	*x = Param{}
+	mi := &file_kcand_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Param) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Param) ProtoMessage() {}
+
+func (x *Param) ProtoReflect() protoreflect.Message {
+	mi := &file_kcand_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Param.ProtoReflect.Descriptor instead.
+func (*Param) Descriptor() ([]byte, []int) {
+	return file_kcand_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Param) GetBuffer() string {
+	if x != nil {
+		return x.Buffer
+	}
+	return ""
+}
+
+func (x *Param) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Param) GetScalar() []byte {
+	if x != nil {
+		return x.Scalar
+	}
+	return nil
+}
+
+type Launch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Module        string                 `protobuf:"bytes,1,opt,name=module,proto3" json:"module,omitempty"`
+	Function      string                 `protobuf:"bytes,2,opt,name=function,proto3" json:"function,omitempty"`
+	Grid          []uint32               `protobuf:"varint,3,rep,packed,name=grid,proto3" json:"grid,omitempty"`
+	Block         []uint32               `protobuf:"varint,4,rep,packed,name=block,proto3" json:"block,omitempty"`
+	SharedBytes   uint32                 `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
+	Params        []*Param               `protobuf:"bytes,6,rep,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Launch) Reset() {
+	*x = Launch{}
+	mi := &file_kcand_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Launch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Launch) ProtoMessage() {}
+
+func (x *Launch) ProtoReflect() protoreflect.Message {
+	mi := &file_kcand_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Launch.ProtoReflect.Descriptor instead.
+func (*Launch) Descriptor() ([]byte, []int) {
+	return file_kcand_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Launch) GetModule() string {
+	if x != nil {
+		return x.Module
+	}
+	return ""
+}
+
+func (x *Launch) GetFunction() string {
+	if x != nil {
+		return x.Function
+	}
+	return ""
+}
+
+func (x *Launch) GetGrid() []uint32 {
+	if x != nil {
+		return x.Grid
+	}
+	return nil
+}
+
+func (x *Launch) GetBlock() []uint32 {
+	if x != nil {
+		return x.Block
+	}
+	return nil
+}
+
+func (x *Launch) GetSharedBytes() uint32 {
+	if x != nil {
+		return x.SharedBytes
+	}
+	return 0
+}
+
+func (x *Launch) GetParams() []*Param {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+type LaunchPlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Modules       []*Module              `protobuf:"bytes,1,rep,name=modules,proto3" json:"modules,omitempty"`
+	Launches      []*Launch              `protobuf:"bytes,2,rep,name=launches,proto3" json:"launches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LaunchPlan) Reset() {
+	*x = LaunchPlan{}
+	mi := &file_kcand_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaunchPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaunchPlan) ProtoMessage() {}
+
+func (x *LaunchPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_kcand_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaunchPlan.ProtoReflect.Descriptor instead.
+func (*LaunchPlan) Descriptor() ([]byte, []int) {
+	return file_kcand_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *LaunchPlan) GetModules() []*Module {
+	if x != nil {
+		return x.Modules
+	}
+	return nil
+}
+
+func (x *LaunchPlan) GetLaunches() []*Launch {
+	if x != nil {
+		return x.Launches
+	}
+	return nil
+}
+
 type ExecuteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PreparedId    string                 `protobuf:"bytes,1,opt,name=prepared_id,json=preparedId,proto3" json:"prepared_id,omitempty"`
@@ -890,7 +1200,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_kcand_proto_msgTypes[12]
+	mi := &file_kcand_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1212,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[12]
+	mi := &file_kcand_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1225,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{12}
+	return file_kcand_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecuteRequest) GetPreparedId() string {
@@ -942,7 +1252,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_kcand_proto_msgTypes[13]
+	mi := &file_kcand_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1264,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[13]
+	mi := &file_kcand_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1277,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{13}
+	return file_kcand_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecuteResponse) GetDeviceUs() float64 {
@@ -989,7 +1299,7 @@ type BenchmarkRequest struct {
 
 func (x *BenchmarkRequest) Reset() {
 	*x = BenchmarkRequest{}
-	mi := &file_kcand_proto_msgTypes[14]
+	mi := &file_kcand_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1311,7 @@ func (x *BenchmarkRequest) String() string {
 func (*BenchmarkRequest) ProtoMessage() {}
 
 func (x *BenchmarkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[14]
+	mi := &file_kcand_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1324,7 @@ func (x *BenchmarkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BenchmarkRequest.ProtoReflect.Descriptor instead.
 func (*BenchmarkRequest) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{14}
+	return file_kcand_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BenchmarkRequest) GetPreparedId() string {
@@ -1057,7 +1367,7 @@ type BenchmarkResponse struct {
 
 func (x *BenchmarkResponse) Reset() {
 	*x = BenchmarkResponse{}
-	mi := &file_kcand_proto_msgTypes[15]
+	mi := &file_kcand_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1379,7 @@ func (x *BenchmarkResponse) String() string {
 func (*BenchmarkResponse) ProtoMessage() {}
 
 func (x *BenchmarkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[15]
+	mi := &file_kcand_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1392,7 @@ func (x *BenchmarkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BenchmarkResponse.ProtoReflect.Descriptor instead.
 func (*BenchmarkResponse) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{15}
+	return file_kcand_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BenchmarkResponse) GetIterationUs() []float64 {
@@ -1110,7 +1420,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_kcand_proto_msgTypes[16]
+	mi := &file_kcand_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1122,7 +1432,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[16]
+	mi := &file_kcand_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1135,7 +1445,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{16}
+	return file_kcand_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReleaseRequest) GetPreparedId() string {
@@ -1160,7 +1470,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_kcand_proto_msgTypes[17]
+	mi := &file_kcand_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1482,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[17]
+	mi := &file_kcand_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1495,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{17}
+	return file_kcand_proto_rawDescGZIP(), []int{21}
 }
 
 // ErrorDetail travels in a gRPC status so that an error keeps its class and
@@ -1202,7 +1512,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_kcand_proto_msgTypes[18]
+	mi := &file_kcand_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1524,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[18]
+	mi := &file_kcand_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1537,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{18}
+	return file_kcand_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ErrorDetail) GetClass() string {
@@ -1284,7 +1594,7 @@ const file_kcand_proto_rawDesc = "" +
 	"activation\x18\n" +
 	" \x01(\tR\n" +
 	"activation\x12\x12\n" +
-	"\x04bias\x18\v \x01(\bR\x04bias\"\xf5\x01\n" +
+	"\x04bias\x18\v \x01(\bR\x04bias\"\x9f\x03\n" +
 	"\bHardware\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1293,7 +1603,13 @@ const file_kcand_proto_rawDesc = "" +
 	"\x0fmultiprocessors\x18\x05 \x01(\x05R\x0fmultiprocessors\x12!\n" +
 	"\fmemory_bytes\x18\x06 \x01(\x03R\vmemoryBytes\x12\x19\n" +
 	"\bl2_bytes\x18\a \x01(\x03R\al2Bytes\x12\x16\n" +
-	"\x06driver\x18\b \x01(\tR\x06driver\"\xbd\x01\n" +
+	"\x06driver\x18\b \x01(\tR\x06driver\x121\n" +
+	"\x15max_threads_per_block\x18\t \x01(\x05R\x12maxThreadsPerBlock\x12\"\n" +
+	"\rmax_block_dim\x18\n" +
+	" \x03(\x05R\vmaxBlockDim\x12 \n" +
+	"\fmax_grid_dim\x18\v \x03(\x05R\n" +
+	"maxGridDim\x12/\n" +
+	"\x14max_shared_per_block\x18\f \x01(\x05R\x11maxSharedPerBlock\"\xbd\x01\n" +
 	"\x06Handle\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\x03R\x05owner\x12\x1e\n" +
@@ -1330,19 +1646,40 @@ const file_kcand_proto_rawDesc = "" +
 	"\rAdmitResponse\x123\n" +
 	"\n" +
 	"admissions\x18\x01 \x03(\v2\x13.kcand.v1.AdmissionR\n" +
-	"admissions\"\x9a\x02\n" +
+	"admissions\"\xbf\x02\n" +
 	"\x0ePrepareRequest\x12\x1c\n" +
 	"\tcandidate\x18\x01 \x01(\tR\tcandidate\x12+\n" +
 	"\arequest\x18\x02 \x01(\v2\x11.kcand.v1.RequestR\arequest\x12.\n" +
 	"\bhardware\x18\x03 \x01(\v2\x12.kcand.v1.HardwareR\bhardware\x12?\n" +
-	"\aweights\x18\x04 \x03(\v2%.kcand.v1.PrepareRequest.WeightsEntryR\aweights\x1aL\n" +
+	"\aweights\x18\x04 \x03(\v2%.kcand.v1.PrepareRequest.WeightsEntryR\aweights\x12#\n" +
+	"\rknown_modules\x18\x05 \x03(\tR\fknownModules\x1aL\n" +
 	"\fWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
-	"\x05value\x18\x02 \x01(\v2\x10.kcand.v1.HandleR\x05value:\x028\x01\"[\n" +
+	"\x05value\x18\x02 \x01(\v2\x10.kcand.v1.HandleR\x05value:\x028\x01\"\x89\x01\n" +
 	"\x0fPrepareResponse\x12\x1f\n" +
 	"\vprepared_id\x18\x01 \x01(\tR\n" +
 	"preparedId\x12'\n" +
-	"\x0fworkspace_bytes\x18\x02 \x01(\x03R\x0eworkspaceBytes\"\xc0\x01\n" +
+	"\x0fworkspace_bytes\x18\x02 \x01(\x03R\x0eworkspaceBytes\x12,\n" +
+	"\x06launch\x18\x03 \x01(\v2\x14.kcand.v1.LaunchPlanR\x06launch\"F\n" +
+	"\x06Module\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\tR\x04hash\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05image\x18\x03 \x01(\fR\x05image\"O\n" +
+	"\x05Param\x12\x16\n" +
+	"\x06buffer\x18\x01 \x01(\tR\x06buffer\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06scalar\x18\x03 \x01(\fR\x06scalar\"\xb2\x01\n" +
+	"\x06Launch\x12\x16\n" +
+	"\x06module\x18\x01 \x01(\tR\x06module\x12\x1a\n" +
+	"\bfunction\x18\x02 \x01(\tR\bfunction\x12\x12\n" +
+	"\x04grid\x18\x03 \x03(\rR\x04grid\x12\x14\n" +
+	"\x05block\x18\x04 \x03(\rR\x05block\x12!\n" +
+	"\fshared_bytes\x18\x05 \x01(\rR\vsharedBytes\x12'\n" +
+	"\x06params\x18\x06 \x03(\v2\x0f.kcand.v1.ParamR\x06params\"f\n" +
+	"\n" +
+	"LaunchPlan\x12*\n" +
+	"\amodules\x18\x01 \x03(\v2\x10.kcand.v1.ModuleR\amodules\x12,\n" +
+	"\blaunches\x18\x02 \x03(\v2\x10.kcand.v1.LaunchR\blaunches\"\xc0\x01\n" +
 	"\x0eExecuteRequest\x12\x1f\n" +
 	"\vprepared_id\x18\x01 \x01(\tR\n" +
 	"preparedId\x12?\n" +
@@ -1396,7 +1733,7 @@ func file_kcand_proto_rawDescGZIP() []byte {
 	return file_kcand_proto_rawDescData
 }
 
-var file_kcand_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_kcand_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_kcand_proto_goTypes = []any{
 	(*Format)(nil),            // 0: kcand.v1.Format
 	(*Request)(nil),           // 1: kcand.v1.Request
@@ -1410,16 +1747,20 @@ var file_kcand_proto_goTypes = []any{
 	(*AdmitResponse)(nil),     // 9: kcand.v1.AdmitResponse
 	(*PrepareRequest)(nil),    // 10: kcand.v1.PrepareRequest
 	(*PrepareResponse)(nil),   // 11: kcand.v1.PrepareResponse
-	(*ExecuteRequest)(nil),    // 12: kcand.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),   // 13: kcand.v1.ExecuteResponse
-	(*BenchmarkRequest)(nil),  // 14: kcand.v1.BenchmarkRequest
-	(*BenchmarkResponse)(nil), // 15: kcand.v1.BenchmarkResponse
-	(*ReleaseRequest)(nil),    // 16: kcand.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),   // 17: kcand.v1.ReleaseResponse
-	(*ErrorDetail)(nil),       // 18: kcand.v1.ErrorDetail
-	nil,                       // 19: kcand.v1.PrepareRequest.WeightsEntry
-	nil,                       // 20: kcand.v1.ExecuteRequest.BuffersEntry
-	nil,                       // 21: kcand.v1.BenchmarkRequest.BuffersEntry
+	(*Module)(nil),            // 12: kcand.v1.Module
+	(*Param)(nil),             // 13: kcand.v1.Param
+	(*Launch)(nil),            // 14: kcand.v1.Launch
+	(*LaunchPlan)(nil),        // 15: kcand.v1.LaunchPlan
+	(*ExecuteRequest)(nil),    // 16: kcand.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),   // 17: kcand.v1.ExecuteResponse
+	(*BenchmarkRequest)(nil),  // 18: kcand.v1.BenchmarkRequest
+	(*BenchmarkResponse)(nil), // 19: kcand.v1.BenchmarkResponse
+	(*ReleaseRequest)(nil),    // 20: kcand.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),   // 21: kcand.v1.ReleaseResponse
+	(*ErrorDetail)(nil),       // 22: kcand.v1.ErrorDetail
+	nil,                       // 23: kcand.v1.PrepareRequest.WeightsEntry
+	nil,                       // 24: kcand.v1.ExecuteRequest.BuffersEntry
+	nil,                       // 25: kcand.v1.BenchmarkRequest.BuffersEntry
 }
 var file_kcand_proto_depIdxs = []int32{
 	0,  // 0: kcand.v1.Request.weight:type_name -> kcand.v1.Format
@@ -1429,30 +1770,34 @@ var file_kcand_proto_depIdxs = []int32{
 	8,  // 4: kcand.v1.AdmitResponse.admissions:type_name -> kcand.v1.Admission
 	1,  // 5: kcand.v1.PrepareRequest.request:type_name -> kcand.v1.Request
 	2,  // 6: kcand.v1.PrepareRequest.hardware:type_name -> kcand.v1.Hardware
-	19, // 7: kcand.v1.PrepareRequest.weights:type_name -> kcand.v1.PrepareRequest.WeightsEntry
-	20, // 8: kcand.v1.ExecuteRequest.buffers:type_name -> kcand.v1.ExecuteRequest.BuffersEntry
-	21, // 9: kcand.v1.BenchmarkRequest.buffers:type_name -> kcand.v1.BenchmarkRequest.BuffersEntry
-	3,  // 10: kcand.v1.ReleaseRequest.forget:type_name -> kcand.v1.Handle
-	3,  // 11: kcand.v1.PrepareRequest.WeightsEntry.value:type_name -> kcand.v1.Handle
-	3,  // 12: kcand.v1.ExecuteRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
-	3,  // 13: kcand.v1.BenchmarkRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
-	5,  // 14: kcand.v1.Plugin.Describe:input_type -> kcand.v1.DescribeRequest
-	7,  // 15: kcand.v1.Plugin.Admit:input_type -> kcand.v1.AdmitRequest
-	10, // 16: kcand.v1.Plugin.Prepare:input_type -> kcand.v1.PrepareRequest
-	12, // 17: kcand.v1.Plugin.Execute:input_type -> kcand.v1.ExecuteRequest
-	14, // 18: kcand.v1.Plugin.Benchmark:input_type -> kcand.v1.BenchmarkRequest
-	16, // 19: kcand.v1.Plugin.Release:input_type -> kcand.v1.ReleaseRequest
-	6,  // 20: kcand.v1.Plugin.Describe:output_type -> kcand.v1.DescribeResponse
-	9,  // 21: kcand.v1.Plugin.Admit:output_type -> kcand.v1.AdmitResponse
-	11, // 22: kcand.v1.Plugin.Prepare:output_type -> kcand.v1.PrepareResponse
-	13, // 23: kcand.v1.Plugin.Execute:output_type -> kcand.v1.ExecuteResponse
-	15, // 24: kcand.v1.Plugin.Benchmark:output_type -> kcand.v1.BenchmarkResponse
-	17, // 25: kcand.v1.Plugin.Release:output_type -> kcand.v1.ReleaseResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	23, // 7: kcand.v1.PrepareRequest.weights:type_name -> kcand.v1.PrepareRequest.WeightsEntry
+	15, // 8: kcand.v1.PrepareResponse.launch:type_name -> kcand.v1.LaunchPlan
+	13, // 9: kcand.v1.Launch.params:type_name -> kcand.v1.Param
+	12, // 10: kcand.v1.LaunchPlan.modules:type_name -> kcand.v1.Module
+	14, // 11: kcand.v1.LaunchPlan.launches:type_name -> kcand.v1.Launch
+	24, // 12: kcand.v1.ExecuteRequest.buffers:type_name -> kcand.v1.ExecuteRequest.BuffersEntry
+	25, // 13: kcand.v1.BenchmarkRequest.buffers:type_name -> kcand.v1.BenchmarkRequest.BuffersEntry
+	3,  // 14: kcand.v1.ReleaseRequest.forget:type_name -> kcand.v1.Handle
+	3,  // 15: kcand.v1.PrepareRequest.WeightsEntry.value:type_name -> kcand.v1.Handle
+	3,  // 16: kcand.v1.ExecuteRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
+	3,  // 17: kcand.v1.BenchmarkRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
+	5,  // 18: kcand.v1.Plugin.Describe:input_type -> kcand.v1.DescribeRequest
+	7,  // 19: kcand.v1.Plugin.Admit:input_type -> kcand.v1.AdmitRequest
+	10, // 20: kcand.v1.Plugin.Prepare:input_type -> kcand.v1.PrepareRequest
+	16, // 21: kcand.v1.Plugin.Execute:input_type -> kcand.v1.ExecuteRequest
+	18, // 22: kcand.v1.Plugin.Benchmark:input_type -> kcand.v1.BenchmarkRequest
+	20, // 23: kcand.v1.Plugin.Release:input_type -> kcand.v1.ReleaseRequest
+	6,  // 24: kcand.v1.Plugin.Describe:output_type -> kcand.v1.DescribeResponse
+	9,  // 25: kcand.v1.Plugin.Admit:output_type -> kcand.v1.AdmitResponse
+	11, // 26: kcand.v1.Plugin.Prepare:output_type -> kcand.v1.PrepareResponse
+	17, // 27: kcand.v1.Plugin.Execute:output_type -> kcand.v1.ExecuteResponse
+	19, // 28: kcand.v1.Plugin.Benchmark:output_type -> kcand.v1.BenchmarkResponse
+	21, // 29: kcand.v1.Plugin.Release:output_type -> kcand.v1.ReleaseResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_kcand_proto_init() }
@@ -1466,7 +1811,7 @@ func file_kcand_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kcand_proto_rawDesc), len(file_kcand_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

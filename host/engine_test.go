@@ -1,0 +1,148 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/family/affine"
+)
+
+// ioBuffers allocates x (filled from sample) and y (poisoned) on h's device.
+func ioBuffers(t *testing.T, h *Host, req sdk.Request, sample sdk.Sample) map[string]device.Buffer {
+	t.Helper()
+	x, err := h.Device().Alloc(affine.InputSizes(req)[affine.X])
+	require.NoError(t, err)
+	require.NoError(t, h.Device().Write(x, 0, sample.Inputs[affine.X]))
+	y, err := h.Device().Alloc(affine.OutputSizes(req)[affine.Y])
+	require.NoError(t, err)
+	require.NoError(t, h.Device().Fill(y, 0xff))
+	t.Cleanup(func() { h.Device().Free(x); h.Device().Free(y) })
+	return map[string]device.Buffer{affine.X: x, affine.Y: y}
+}
+
+func readY(t *testing.T, h *Host, io map[string]device.Buffer) []byte {
+	out := make([]byte, io[affine.Y].Size())
+	require.NoError(t, h.Device().Read(out, io[affine.Y], 0))
+	return out
+}
+
+func TestEngineAPIEndToEnd(t *testing.T) {
+	h := newHostConfig(t, "qmm", "gemv").open(t)
+	ctx := context.Background()
+	req := affineRequest(1, 512, 96, 4, 64)
+	req.Bias = true
+	plan, err := h.Plan(ctx, req)
+	require.NoError(t, err)
+	sample := affine.RandomSample(req, uint64(time.Now().UnixNano()))
+	w, err := h.RegisterWeights(req, sample.Weights)
+	require.NoError(t, err)
+	defer w.Close()
+	exe, err := plan.Bind(ctx, w)
+	require.NoError(t, err)
+	defer exe.Close()
+	assert.True(t, exe.Remote(), "the CPU device runs candidates in the plugin")
+	io := ioBuffers(t, h, req, sample)
+	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
+	for i := 0; i < 3; i++ {
+		require.NoError(t, h.Device().Fill(io[affine.Y], 0xff))
+		require.NoError(t, exe.Run(ctx, nil, io))
+		require.NoError(t, affine.Check(readY(t, h, io), want), "run %d", i)
+	}
+	// The plugin dies between runs: the next run prepares again and succeeds.
+	p, _ := h.Manager().Lookup(plan.Plugin)
+	require.NoError(t, syscall.Kill(p.Health().PID, syscall.SIGKILL))
+	waitFor(t, 10*time.Second, "restart", func() bool { return p.Health().Restarts == 1 && p.Health().Running })
+	require.NoError(t, h.Device().Fill(io[affine.Y], 0xff))
+	require.NoError(t, exe.Run(ctx, nil, io))
+	require.NoError(t, affine.Check(readY(t, h, io), want), "after the plugin restarted")
+}
+
+func TestEngineAPIBadInput(t *testing.T) {
+	h := newHostConfig(t, "qmm", "gemv").open(t)
+	ctx := context.Background()
+	req := affineRequest(1, 256, 64, 4, 64)
+	sample := affine.RandomSample(req, 1)
+
+	missing := map[string][]byte{affine.Weight: sample.Weights[affine.Weight], affine.Scales: sample.Weights[affine.Scales]}
+	_, err := h.RegisterWeights(req, missing)
+	assertFieldError(t, err, "weights.biases", 0)
+	extra := map[string][]byte{"lora": {1}}
+	for k, v := range sample.Weights {
+		extra[k] = v
+	}
+	_, err = h.RegisterWeights(req, extra)
+	assertFieldError(t, err, "weights.lora", 1)
+	short := map[string][]byte{}
+	for k, v := range sample.Weights {
+		short[k] = v
+	}
+	short[affine.Weight] = short[affine.Weight][:10]
+	_, err = h.RegisterWeights(req, short)
+	assertFieldError(t, err, "weights.weight", 10)
+
+	w, err := h.RegisterWeights(req, sample.Weights)
+	require.NoError(t, err)
+	defer w.Close()
+	other := affineRequest(1, 256, 72, 4, 64)
+	plan, err := h.Plan(ctx, other)
+	require.NoError(t, err)
+	_, err = plan.Bind(ctx, w)
+	assertFieldError(t, err, "weights.request", req.Key())
+
+	plan, err = h.Plan(ctx, req)
+	require.NoError(t, err)
+	exe, err := plan.Bind(ctx, w)
+	require.NoError(t, err)
+	defer exe.Close()
+	io := ioBuffers(t, h, req, sample)
+	small, err := h.Device().Alloc(16)
+	require.NoError(t, err)
+	defer h.Device().Free(small)
+	err = exe.Run(ctx, nil, map[string]device.Buffer{affine.X: io[affine.X], affine.Y: small})
+	assertFieldError(t, err, "io.y", 16)
+	err = exe.Run(ctx, nil, map[string]device.Buffer{affine.Y: io[affine.Y]})
+	assertFieldError(t, err, "io.x", "missing")
+
+	dense, err := h.Plan(ctx, sdk.Request{Family: sdk.FamilyDense, Phase: sdk.PhaseDecode, Tokens: 1, InFeatures: 64, OutFeatures: 64, Activation: sdk.BF16, Weight: sdk.Format{Kind: "bf16"}})
+	require.NoError(t, err)
+	_, err = dense.Bind(ctx, w)
+	assert.ErrorIs(t, err, ErrAdvisory)
+}
+
+func TestMalformedLaunchPlanDropsTheCandidate(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", pluginBadPlan)
+	h := cfg.open(t)
+	d, err := h.Measure(context.Background(), affineRequest(1, 256, 64, 4, 64))
+	require.NoError(t, err)
+	assert.Equal(t, "qmm", d.Choice)
+	bad := d.Measurements[1]
+	assert.Equal(t, "badplan", bad.Candidate)
+	assert.Equal(t, VerdictFailed, bad.Verdict)
+	assert.Contains(t, bad.Reason, "params[0].buffer=host_secrets")
+
+	cfg.policy.Force = map[string]string{"affine": "badplan"}
+	forced := cfg.open(t)
+	req := affineRequest(1, 256, 64, 4, 64)
+	plan, err := forced.Plan(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, SourcePolicy, plan.Source)
+	w, err := forced.RegisterWeights(req, affine.RandomSample(req, 2).Weights)
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = plan.Bind(context.Background(), w)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, sdk.ErrBadLaunchPlan)
+	var le *sdk.LaunchPlanError
+	require.True(t, errors.As(err, &le))
+	assert.Equal(t, "launches[0].params[0].buffer", le.Field)
+	assert.False(t, errors.Is(err, errdefs.ErrInvalidRequest), "a bad plan is the plugin's fault, not the caller's")
+}

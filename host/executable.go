@@ -1,0 +1,130 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/family"
+)
+
+// Executable is a plan bound to one layer's weights, ready to run. When
+// the candidate exports its kernels and the host can launch them, Run
+// launches on the caller's stream with no RPC and no allocation; otherwise
+// Run asks the plugin to execute (the remote path).
+type Executable struct {
+	plan     *Plan
+	weights  *Weights
+	prep     *prepared
+	exported exported
+	ioSizes  map[string]int64
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// exported is a launch plan loaded into the host's context.
+type exported interface {
+	// run launches the plan on stream with io bound by name.
+	run(stream device.Stream, io map[string]device.Buffer) error
+}
+
+// ErrAdvisory says a plan names an execution style for the engine's own
+// kernels (dense plans) and has nothing to run.
+var ErrAdvisory = errors.New("plan is advisory: run it with your own kernels")
+
+// Bind prepares the plan's candidate with w. The weights must have been
+// registered for the same request.
+func (p *Plan) Bind(ctx context.Context, w *Weights) (*Executable, error) {
+	if p.entry.Client == nil {
+		return nil, fmt.Errorf("%w (%s for %s)", ErrAdvisory, p.Candidate, p.Request.Key())
+	}
+	if w.req.Key() != p.Request.Key() {
+		return nil, errdefs.Invalid("weights.request", w.req.Key(), "the plan is for %s", p.Request.Key())
+	}
+	h := p.host
+	prep, err := prepare(ctx, h.dev, p.entry, p.Request, h.Hardware(), w.handles, h.launcher)
+	if err != nil {
+		return nil, err
+	}
+	c, _ := family.Lookup(p.Request.Family)
+	e := &Executable{plan: p, weights: w, prep: prep, ioSizes: mergeSizes(c.InputSizes(p.Request), c.OutputSizes(p.Request))}
+	if launch := prep.launchPlan(); launch != nil && h.launcher != nil {
+		if e.exported, err = h.launcher.load(launch, prep.bindingsWithWeights(w.bufs)); err != nil {
+			prep.release(ctx)
+			return nil, fmt.Errorf("candidate %s: %w", p.Candidate, err)
+		}
+	}
+	return e, nil
+}
+
+// Remote reports whether Run goes through the plugin process.
+func (e *Executable) Remote() bool { return e.exported == nil }
+
+// Plan is the plan the executable runs.
+func (e *Executable) Plan() *Plan { return e.plan }
+
+// Run executes on io (input and output bindings by name). On the exported
+// path the work is enqueued on stream and Run returns at once; on the
+// remote path Run waits for stream, has the plugin execute, and returns
+// when the outputs are written.
+func (e *Executable) Run(ctx context.Context, stream device.Stream, io map[string]device.Buffer) error {
+	if e.exported != nil {
+		return e.exported.run(stream, io)
+	}
+	if err := checkSizes("io", e.ioSizes, io); err != nil {
+		return err
+	}
+	if stream != nil {
+		if err := stream.Synchronize(); err != nil {
+			return err
+		}
+	}
+	handles := make(map[string]device.Handle, len(io))
+	for name, b := range io {
+		hd, err := b.Handle()
+		if err != nil {
+			return fmt.Errorf("io.%s: %w", name, err)
+		}
+		handles[name] = hd
+	}
+	_, err := e.prep.execute(ctx, handles)
+	return err
+}
+
+// Close releases the prepared candidate.
+func (e *Executable) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	return e.prep.release(context.Background())
+}
+
+// mergeSizes returns the union of size maps.
+func mergeSizes(maps ...map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// launcher loads launch plans into the host's device context.
+type launcher interface {
+	// known reports whether a module hash is loaded already.
+	known(hash string) bool
+	// knownModules lists the loaded module hashes.
+	knownModules() []string
+	// load validates plan against the device, loads its modules and binds
+	// the buffers that never change (weights, workspace).
+	load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer) (exported, error)
+}
