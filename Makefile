@@ -11,7 +11,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 export CGO_ENABLED ?= 1
 
-.PHONY: all build run test proto clean
+.PHONY: all build run test proto reliability clean
 
 all: build
 
@@ -22,6 +22,7 @@ build:
 		$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/plugins/$$p ./plugins/$$p || exit 1; \
 	done
 	@cd $(BIN)/plugins && sha256sum $(PLUGINS) > SHA256SUMS
+	$(GO) build -o $(BIN)/faultplugin ./internal/faultplugin
 
 run: build
 	$(BIN)/kcand plugins
@@ -30,6 +31,9 @@ run: build
 test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+reliability: build
+	$(BIN)/kcand faults --runs 5 --markdown docs/reliability.md
 
 proto:
 	cd sdk/proto && protoc --go_out=. --go_opt=paths=source_relative \

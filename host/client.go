@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
@@ -26,13 +27,39 @@ type pluginClient struct{ p *Plugin }
 
 var _ sdk.Plugin = (*pluginClient)(nil)
 
-// call runs fn against the live process with the call deadline.
-func (c *pluginClient) call(ctx context.Context, op string, fn func(context.Context, sdk.Plugin) error) (uint64, error) {
+// anyGeneration lets a call go to whichever process is live.
+const anyGeneration = 0
+
+// call runs fn; calls not tied to a generation (describe, admit, prepare,
+// forgetting mappings) are safe to repeat, so when the plugin dies under
+// one it is retried in the restarted process.
+func (c *pluginClient) call(ctx context.Context, op string, want uint64, fn func(context.Context, sdk.Plugin) error) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		gen, err := c.callOnce(ctx, op, want, fn)
+		if err == nil || want != anyGeneration || attempt >= retriesAfterRestart || !errors.Is(err, sdk.ErrUnavailable) || ctx.Err() != nil {
+			return gen, err
+		}
+		select {
+		case <-time.After(time.Duration(attempt+1) * 20 * time.Millisecond):
+		case <-ctx.Done():
+			return gen, err
+		}
+	}
+}
+
+// callOnce runs fn against the live process with the call deadline. When want
+// is not anyGeneration the call is refused with ErrStale unless the live
+// process is of that generation: the check and the choice of connection are
+// one step, so state prepared in one process never reaches another.
+func (c *pluginClient) callOnce(ctx context.Context, op string, want uint64, fn func(context.Context, sdk.Plugin) error) (uint64, error) {
 	callCtx, cancel := context.WithTimeout(ctx, c.p.m.opts.CallTimeout)
 	defer cancel()
 	rpc, gen, err := c.p.current(callCtx)
 	if err != nil {
 		return 0, err
+	}
+	if want != anyGeneration && gen != want {
+		return gen, fmt.Errorf("plugin %s: %s: prepared in run %d, now run %d: %w", c.p.bin.name, op, want, gen, ErrStale)
 	}
 	err = fn(callCtx, rpc)
 	if err == nil {
@@ -52,7 +79,7 @@ func (c *pluginClient) call(ctx context.Context, op string, fn func(context.Cont
 }
 
 func (c *pluginClient) Describe(ctx context.Context) (d sdk.Description, err error) {
-	_, err = c.call(ctx, "describe", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+	_, err = c.call(ctx, "describe", anyGeneration, func(ctx context.Context, rpc sdk.Plugin) (err error) {
 		d, err = rpc.Describe(ctx)
 		return err
 	})
@@ -60,7 +87,7 @@ func (c *pluginClient) Describe(ctx context.Context) (d sdk.Description, err err
 }
 
 func (c *pluginClient) Admit(ctx context.Context, req sdk.Request, hw device.Profile) (out []sdk.Admission, err error) {
-	_, err = c.call(ctx, "admit", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+	_, err = c.call(ctx, "admit", anyGeneration, func(ctx context.Context, rpc sdk.Plugin) (err error) {
 		out, err = rpc.Admit(ctx, req, hw)
 		return err
 	})
@@ -68,7 +95,7 @@ func (c *pluginClient) Admit(ctx context.Context, req sdk.Request, hw device.Pro
 }
 
 func (c *pluginClient) Prepare(ctx context.Context, req sdk.PrepareRequest) (info sdk.PreparedInfo, err error) {
-	gen, err := c.call(ctx, "prepare", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+	gen, err := c.call(ctx, "prepare", anyGeneration, func(ctx context.Context, rpc sdk.Plugin) (err error) {
 		info, err = rpc.Prepare(ctx, req)
 		return err
 	})
@@ -78,24 +105,24 @@ func (c *pluginClient) Prepare(ctx context.Context, req sdk.PrepareRequest) (inf
 	return info, err
 }
 
-// unwrapID splits a generation-tagged id and refuses a stale one.
-func (c *pluginClient) unwrapID(id string) (string, error) {
+// unwrapID splits a generation-tagged id into the generation it belongs
+// to and the plugin's own id.
+func (c *pluginClient) unwrapID(id string) (uint64, string, error) {
 	genText, raw, ok := strings.Cut(id, "/")
 	gen, err := strconv.ParseUint(genText, 10, 64)
-	if !ok || err != nil {
-		return "", errdefs.Invalid("prepared_id", id, "not issued by this host")
+	if !ok || err != nil || gen == anyGeneration {
+		return 0, "", errdefs.Invalid("prepared_id", id, "not issued by this host")
 	}
-	if gen != c.p.Generation() {
-		return "", fmt.Errorf("plugin %s: prepared id %s: %w", c.p.bin.name, id, ErrStale)
-	}
-	return raw, nil
+	return gen, raw, nil
 }
 
 func (c *pluginClient) Execute(ctx context.Context, req sdk.ExecuteRequest) (us float64, err error) {
-	if req.PreparedID, err = c.unwrapID(req.PreparedID); err != nil {
+	gen, raw, err := c.unwrapID(req.PreparedID)
+	if err != nil {
 		return 0, err
 	}
-	_, err = c.call(ctx, "execute", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+	req.PreparedID = raw
+	_, err = c.call(ctx, "execute", gen, func(ctx context.Context, rpc sdk.Plugin) (err error) {
 		us, err = rpc.Execute(ctx, req)
 		return err
 	})
@@ -103,10 +130,12 @@ func (c *pluginClient) Execute(ctx context.Context, req sdk.ExecuteRequest) (us 
 }
 
 func (c *pluginClient) Benchmark(ctx context.Context, req sdk.BenchmarkRequest) (res sdk.BenchmarkResult, err error) {
-	if req.PreparedID, err = c.unwrapID(req.PreparedID); err != nil {
+	gen, raw, err := c.unwrapID(req.PreparedID)
+	if err != nil {
 		return res, err
 	}
-	_, err = c.call(ctx, "benchmark", func(ctx context.Context, rpc sdk.Plugin) (err error) {
+	req.PreparedID = raw
+	_, err = c.call(ctx, "benchmark", gen, func(ctx context.Context, rpc sdk.Plugin) (err error) {
 		res, err = rpc.Benchmark(ctx, req)
 		return err
 	})
@@ -114,16 +143,17 @@ func (c *pluginClient) Benchmark(ctx context.Context, req sdk.BenchmarkRequest) 
 }
 
 func (c *pluginClient) Release(ctx context.Context, id string, forget []device.Handle) (err error) {
+	want := uint64(anyGeneration)
 	if id != "" {
-		if id, err = c.unwrapID(id); err != nil {
-			if errors.Is(err, ErrStale) {
-				return nil // the process that held it is gone, and with it the state
-			}
+		if want, id, err = c.unwrapID(id); err != nil {
 			return err
 		}
 	}
-	_, err = c.call(ctx, "release", func(ctx context.Context, rpc sdk.Plugin) error {
+	_, err = c.call(ctx, "release", want, func(ctx context.Context, rpc sdk.Plugin) error {
 		return rpc.Release(ctx, id, forget)
 	})
+	if errors.Is(err, ErrStale) && len(forget) == 0 {
+		return nil // the process that held it is gone, and with it the state
+	}
 	return err
 }

@@ -47,7 +47,7 @@ func (p *Plan) Bind(ctx context.Context, w *Weights) (*Executable, error) {
 		return nil, errdefs.Invalid("weights.request", w.req.Key(), "the plan is for %s", p.Request.Key())
 	}
 	h := p.host
-	prep, err := prepare(ctx, h.dev, p.entry, p.Request, h.Hardware(), w.handles, h.launcher)
+	prep, err := prepare(ctx, h.dev, p.entry, p.Request, h.Hardware(), w.handles, h.launcher, h.measurer.health)
 	if err != nil {
 		return nil, err
 	}
@@ -63,22 +63,69 @@ func (p *Plan) Bind(ctx context.Context, w *Weights) (*Executable, error) {
 }
 
 // Remote reports whether Run goes through the plugin process.
-func (e *Executable) Remote() bool { return e.exported == nil }
+func (e *Executable) Remote() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.exported == nil
+}
 
-// Plan is the plan the executable runs.
-func (e *Executable) Plan() *Plan { return e.plan }
+// Plan is the plan the executable runs (the fallback's after a re-plan).
+func (e *Executable) Plan() *Plan {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.plan
+}
 
 // Run executes on io (input and output bindings by name). On the exported
 // path the work is enqueued on stream and Run returns at once; on the
 // remote path Run waits for stream, has the plugin execute, and returns
 // when the outputs are written.
+//
+// When a candidate fails on the remote path (after its plugin was
+// restarted and the call retried), the request is re-planned to the
+// family's fallback, the executable rebinds to it, and the run is repeated:
+// the caller gets a correct result or an error, never a wrong output.
 func (e *Executable) Run(ctx context.Context, stream device.Stream, io map[string]device.Buffer) error {
-	if e.exported != nil {
-		return e.exported.run(stream, io)
+	e.mu.Lock()
+	ex, prep, plan := e.exported, e.prep, e.plan
+	e.mu.Unlock()
+	if ex != nil {
+		return ex.run(stream, io)
 	}
 	if err := checkSizes("io", e.ioSizes, io); err != nil {
 		return err
 	}
+	err := runRemote(ctx, prep, stream, io)
+	if err == nil || plan.entry.Info.Fallback || ctx.Err() != nil || errors.Is(err, errdefs.ErrInvalidRequest) && !errors.Is(err, sdk.ErrBadLaunchPlan) {
+		return err
+	}
+	if err := e.replan(ctx, plan, err); err != nil {
+		return err
+	}
+	return e.Run(ctx, stream, io)
+}
+
+// replan switches the executable from a failed candidate to the fallback.
+func (e *Executable) replan(ctx context.Context, failed *Plan, cause error) error {
+	h := failed.host
+	next, err := h.planner.demote(ctx, failed.Request, failed.Candidate, cause)
+	if err != nil {
+		return fmt.Errorf("%w (re-planning failed: %w)", cause, err)
+	}
+	bound, err := next.Bind(ctx, e.weights)
+	if err != nil {
+		return fmt.Errorf("%w (binding the fallback failed: %w)", cause, err)
+	}
+	e.mu.Lock()
+	old := e.prep
+	e.plan, e.prep, e.exported = bound.plan, bound.prep, bound.exported
+	e.mu.Unlock()
+	_ = old.release(ctx)
+	return nil
+}
+
+// runRemote has the plugin execute on io after stream's work is done.
+func runRemote(ctx context.Context, prep *prepared, stream device.Stream, io map[string]device.Buffer) error {
 	if stream != nil {
 		if err := stream.Synchronize(); err != nil {
 			return err
@@ -92,7 +139,7 @@ func (e *Executable) Run(ctx context.Context, stream device.Stream, io map[strin
 		}
 		handles[name] = hd
 	}
-	_, err := e.prep.execute(ctx, handles)
+	_, err := prep.execute(ctx, handles)
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -34,6 +35,10 @@ type Options struct {
 	Policy *Policy
 	// CachePath is the plan cache file; empty keeps plans in memory only.
 	CachePath string
+	// QuarantineAfter consecutive failures refuse a candidate for
+	// QuarantineFor (defaults 3 and 10 minutes).
+	QuarantineAfter int
+	QuarantineFor   time.Duration
 }
 
 // LoadPolicy builds a policy from the defaults, then the JSON file at path
@@ -97,7 +102,8 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	measureOpts := opts.Measure
 	measureOpts.defaults()
 	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry, policy: policy}
-	h.measurer = &measurer{dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts, policy: policy}
+	h.measurer = &measurer{dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts, policy: policy,
+		health: newQuarantine(opts.QuarantineAfter, opts.QuarantineFor, logger.Named("quarantine"))}
 	h.cache = OpenCache(opts.CachePath, validatorsFor(dev.Profile()), stamps(manager.Plugins()), logger.Named("cache"))
 	h.planner = newPlanner(registry, h.measurer, h.cache, policy, dev.Profile(), logger.Named("planner"))
 	h.planner.owner = h

@@ -60,7 +60,7 @@ func TestPluginExecutesOnSharedMemory(t *testing.T) {
 			weights, io, err := bufs.load(sample)
 			require.NoError(t, err)
 			require.NoError(t, bufs.outputs.fill(0xff))
-			p, err := prepare(context.Background(), h.Device(), e, req, h.Hardware(), weights, nil)
+			p, err := prepare(context.Background(), h.Device(), e, req, h.Hardware(), weights, nil, nil)
 			require.NoError(t, err)
 			defer p.release(context.Background())
 			_, err = p.execute(context.Background(), io)

@@ -254,9 +254,9 @@ func (p *Plugin) start(ctx context.Context) error {
 		client.Kill()
 		return &ProtocolVersionError{Plugin: p.bin.name, PluginVersion: fmt.Sprint(desc.ProtocolVersion), HostVersions: []int{sdk.ProtocolVersion}, Detail: "described itself so"}
 	}
-	if desc.Name == "" {
+	if err := sdk.ValidateDescription(desc); err != nil {
 		client.Kill()
-		return fmt.Errorf("plugin %s: describes itself without a name", p.bin.name)
+		return fmt.Errorf("plugin %s: bad description: %w", p.bin.name, err)
 	}
 	p.mu.Lock()
 	p.client, p.rpc, p.desc, p.state, p.generation = client, rpc, desc, stateRunning, 1

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/family/affine"
 )
 
 func startManager(t *testing.T, dir string, opts ManagerOptions) *Manager {
@@ -128,4 +129,25 @@ func TestReplacedBinaryIsRefusedAtRestart(t *testing.T) {
 	defer cancel()
 	_, err = p.Client().Describe(ctx)
 	assert.ErrorIs(t, err, sdk.ErrUnavailable)
+}
+
+// TestPreparedIDsDieWithTheirProcess checks that an id prepared before a
+// restart is refused as stale, never sent to the new process.
+func TestPreparedIDsDieWithTheirProcess(t *testing.T) {
+	h := openHost(t, "qmm")
+	req := affineRequest(1, 256, 64, 4, 64)
+	w, err := h.RegisterWeights(req, affine.RandomSample(req, 3).Weights)
+	require.NoError(t, err)
+	defer w.Close()
+	p, _ := h.Manager().Lookup("qmm")
+	client := p.Client()
+	info, err := client.Prepare(context.Background(), sdk.PrepareRequest{Candidate: "qmm", Request: req, Hardware: h.Hardware(), Weights: w.handles})
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(p.Health().PID, syscall.SIGKILL))
+	waitFor(t, 10*time.Second, "restart", func() bool { return p.Health().Running && p.Health().Restarts == 1 })
+	_, err = client.Execute(context.Background(), sdk.ExecuteRequest{PreparedID: info.ID})
+	assert.ErrorIs(t, err, ErrStale)
+	_, err = client.Benchmark(context.Background(), sdk.BenchmarkRequest{PreparedID: info.ID, Iterations: 1})
+	assert.ErrorIs(t, err, ErrStale)
+	assert.NoError(t, client.Release(context.Background(), info.ID, nil), "releasing state that died with its process is a no-op")
 }

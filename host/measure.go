@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -36,7 +37,10 @@ type Measurement struct {
 	Verdict   Verdict
 	// Reason explains the verdict (admission reason, gate failure, error).
 	Reason string
+	// Timing is what a call costs the host (used to decide); Device is the
+	// plugin's own measurement of the device time, a cross-check.
 	Timing Timing
+	Device Timing
 }
 
 // Decision is the outcome of measuring every candidate of a request.
@@ -90,6 +94,7 @@ type measurer struct {
 	opts     MeasureOptions
 	policy   Policy
 	launcher launcher
+	health   *quarantine
 	// work counts device operations issued (allocations, executions,
 	// benchmarks): a cache hit must leave it unchanged.
 	work atomic.Int64
@@ -100,7 +105,7 @@ type run struct {
 	entry Entry
 	m     *Measurement
 	prep  *prepared
-	// firstMicros is the device time of its first correct run.
+	// firstMicros is the host-observed time of its first correct run.
 	firstMicros float64
 }
 
@@ -202,7 +207,13 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request) (*Decision, er
 	if err != nil {
 		return nil, err
 	}
-	ms.time(ctx, io, runs)
+	var minBytes int64
+	for _, sizes := range []map[string]int64{contract.WeightSizes(req), contract.InputSizes(req), contract.OutputSizes(req)} {
+		for _, n := range sizes {
+			minBytes += n
+		}
+	}
+	ms.time(ctx, io, runs, minBytes)
 	ms.decide(d, runs)
 	d.Cost = time.Since(start)
 	return d, nil
@@ -218,6 +229,9 @@ func (ms *measurer) admit(ctx context.Context, req sdk.Request) (*Decision, []*r
 	for i, e := range entries {
 		a := admissions[e.Info.Name]
 		if ok, why := ms.policy.admits(e.Info); a.Admitted && !ok {
+			a.Admitted, a.Reason = false, why
+		}
+		if no, why := ms.health.refuses(e.Info.Name); a.Admitted && no {
 			a.Admitted, a.Reason = false, why
 		}
 		d.Measurements[i] = Measurement{Candidate: e.Info.Name, Plugin: e.Plugin.Name(), Fallback: e.Info.Fallback, Reason: a.Reason}
@@ -288,7 +302,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 // reads the outputs back.
 func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, weights, io map[string]device.Handle, outputs *bufferSet) (map[string][]byte, float64, error) {
 	if r.prep == nil {
-		p, err := prepare(ctx, ms.dev, r.entry, req, ms.hw, weights, ms.launcher)
+		p, err := prepare(ctx, ms.dev, r.entry, req, ms.hw, weights, ms.launcher, ms.health)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -298,10 +312,11 @@ func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, weight
 		return nil, 0, err
 	}
 	ms.work.Add(1)
-	us, err := r.prep.execute(ctx, io)
-	if err != nil {
+	start := time.Now()
+	if _, err := r.prep.execute(ctx, io); err != nil {
 		return nil, 0, err
 	}
+	us := float64(time.Since(start).Nanoseconds()) / 1e3
 	if err := ms.dev.Synchronize(); err != nil {
 		return nil, 0, err
 	}
@@ -309,9 +324,13 @@ func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, weight
 	return got, us, err
 }
 
-// time benchmarks every surviving candidate, sizing the iteration count
-// from its first run so each gets about TargetMicros of device time.
-func (ms *measurer) time(ctx context.Context, io map[string]device.Handle, runs []*run) {
+// time measures every surviving candidate as the engine will pay for it:
+// a remote candidate by the host's wall clock around each call (the round
+// trip to the plugin included, never hidden), with the plugin's own device
+// time taken as a cross-check. Iterations are sized from the first run so
+// each candidate gets about TargetMicros (larger requests, with more
+// tokens, run fewer). An impossible report fails the candidate.
+func (ms *measurer) time(ctx context.Context, io map[string]device.Handle, runs []*run, minBytes int64) {
 	for _, r := range runs {
 		if r.m.Verdict != "" {
 			continue
@@ -321,18 +340,60 @@ func (ms *measurer) time(ctx context.Context, io map[string]device.Handle, runs 
 			iterations = int(ms.opts.TargetMicros / r.firstMicros)
 		}
 		iterations = min(max(iterations, ms.opts.MinIterations), ms.opts.MaxIterations)
-		ms.work.Add(1)
-		res, err := r.prep.benchmark(ctx, io, max(2, iterations/10), iterations)
+		host, device, err := ms.timeRemote(ctx, r, io, iterations)
 		if err == nil {
-			err = checkBenchmark(res, iterations)
+			err = checkPlausible(host, minBytes)
 		}
 		if err != nil {
-			r.m.Verdict, r.m.Reason = VerdictFailed, "benchmark: "+err.Error()
+			r.m.Verdict, r.m.Reason = VerdictFailed, "timing: "+err.Error()
+			ms.logger.Warn("candidate failed timing", "candidate", r.entry.Info.Name, "error", err)
 			continue
 		}
-		r.m.Timing = summarize(res.IterationMicros)
+		r.m.Timing, r.m.Device = host, device
 	}
 }
+
+// crossCheckIterations is how many iterations the plugin's own benchmark runs.
+const crossCheckIterations = 10
+
+// timeRemote times calls through the plugin, then has the plugin time
+// itself and checks that its claim fits what the host saw.
+func (ms *measurer) timeRemote(ctx context.Context, r *run, io map[string]device.Handle, iterations int) (Timing, Timing, error) {
+	for i := 0; i < max(2, iterations/10); i++ {
+		ms.work.Add(1)
+		if _, err := r.prep.execute(ctx, io); err != nil {
+			return Timing{}, Timing{}, err
+		}
+	}
+	samples := make([]float64, 0, iterations)
+	for i := 0; i < iterations; i++ {
+		ms.work.Add(1)
+		start := time.Now()
+		if _, err := r.prep.execute(ctx, io); err != nil {
+			return Timing{}, Timing{}, err
+		}
+		samples = append(samples, float64(time.Since(start).Nanoseconds())/1e3)
+	}
+	host := summarize(samples)
+	n := min(iterations, crossCheckIterations)
+	ms.work.Add(1)
+	res, err := r.prep.benchmark(ctx, io, 1, n)
+	if err != nil {
+		return Timing{}, Timing{}, err
+	}
+	if err := checkBenchmark(res, n); err != nil {
+		return Timing{}, Timing{}, err
+	}
+	device := summarize(res.IterationMicros)
+	if device.Min > host.Mean*1.5+50 {
+		return Timing{}, Timing{}, fmt.Errorf("plugin claims %.1f µs of device time per iteration, but its whole calls take %.1f µs", device.Min, host.Mean)
+	}
+	return host, device, nil
+}
+
+// minPlausibleMicros is the least time any execution can take: no device
+// launches, runs and completes work in less.
+const minPlausibleMicros = 0.1
 
 // checkBenchmark refuses results that cannot be true: the wrong number of
 // samples, non-positive times, or more device time than wall-clock time.
@@ -342,13 +403,29 @@ func checkBenchmark(res sdk.BenchmarkResult, iterations int) error {
 	}
 	var total float64
 	for _, us := range res.IterationMicros {
-		if !(us > 0) {
-			return fmt.Errorf("plugin reported an iteration of %g µs", us)
+		if !(us >= minPlausibleMicros) || math.IsInf(us, 0) {
+			return fmt.Errorf("plugin reported an iteration of %g µs, which is absurd", us)
 		}
 		total += us
 	}
 	if res.WallMicros > 0 && total > res.WallMicros*1.05 {
 		return fmt.Errorf("plugin reported %.0f µs of device time within %.0f µs of wall-clock time", total, res.WallMicros)
+	}
+	return nil
+}
+
+// maxPlausibleBytesPerSecond bounds the bandwidth a timing may imply: no
+// device moves 100 TB/s, so a faster claim is a lie or a broken timer.
+const maxPlausibleBytesPerSecond = 100e12
+
+// checkPlausible refuses a timing that would mean reading the request's
+// weights and inputs faster than any device can.
+func checkPlausible(t Timing, minBytes int64) error {
+	if minBytes <= 0 || t.Mean <= 0 {
+		return nil
+	}
+	if rate := float64(minBytes) / (t.Mean * 1e-6); rate > maxPlausibleBytesPerSecond {
+		return fmt.Errorf("%.3f µs for %d bytes implies %.0f TB/s, which no device reaches", t.Mean, minBytes, rate/1e12)
 	}
 	return nil
 }

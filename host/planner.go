@@ -252,6 +252,9 @@ func (pl *planner) admission(ctx context.Context, req sdk.Request, e Entry) sdk.
 			if ok, why := pl.policy.admits(e.Info); a.Admitted && !ok {
 				a.Admitted, a.Reason = false, why
 			}
+			if no, why := pl.measurer.health.refuses(e.Info.Name); a.Admitted && no {
+				a.Admitted, a.Reason = false, why
+			}
 			return a
 		}
 	}
@@ -299,4 +302,29 @@ func validateAny(req sdk.Request) error {
 
 func stampOf(p *Plugin) PluginStamp {
 	return PluginStamp{Version: p.Description().Version, SHA256: p.Digest()}
+}
+
+// demote replaces a request's plan when its candidate failed: the fallback
+// serves it from now on (and the cache entry naming the candidate is
+// dropped, so a later run measures again). It returns the new plan.
+func (pl *planner) demote(ctx context.Context, req sdk.Request, candidate string, cause error) (*Plan, error) {
+	key := req.Key()
+	reason := fmt.Sprintf("%s failed (%v); re-planned to the fallback", candidate, cause)
+	p, err := pl.fallback(ctx, req, reason)
+	if err != nil {
+		return nil, err
+	}
+	p.host = pl.owner
+	pl.mu.Lock()
+	if old, ok := pl.plans[key]; !ok || old.Candidate == candidate {
+		pl.plans[key] = p
+	}
+	pl.mu.Unlock()
+	if e, ok := pl.cache.Lookup(key); ok && e.Candidate == candidate {
+		if err := pl.cache.Forget(key); err != nil {
+			pl.logger.Warn("plan cache not written", "error", err)
+		}
+	}
+	pl.logger.Warn("plan demoted", "request", key, "candidate", candidate, "now", p.Candidate, "error", cause)
+	return p, nil
 }

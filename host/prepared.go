@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
@@ -17,7 +18,7 @@ const maxWorkspaceBytes = 4 << 30
 
 // retriesAfterRestart is how often a call is retried when its plugin died
 // under it: the host re-prepares in the new process and runs again.
-const retriesAfterRestart = 2
+const retriesAfterRestart = 6
 
 // prepared is the host's side of a prepared candidate. It remembers what
 // it was prepared from, so when the plugin restarts (and loses its state)
@@ -33,6 +34,8 @@ type prepared struct {
 	// host has, and the input and output binding sizes of the request.
 	known   launcher
 	ioSizes map[string]int64
+	// health counts the candidate's failures toward quarantine.
+	health *quarantine
 
 	mu        sync.Mutex
 	id        string
@@ -40,16 +43,23 @@ type prepared struct {
 	launch    *sdk.LaunchPlan
 }
 
-func prepare(ctx context.Context, dev device.Device, e Entry, req sdk.Request, hw sdk.Hardware, weights map[string]device.Handle, l launcher) (*prepared, error) {
+func prepare(ctx context.Context, dev device.Device, e Entry, req sdk.Request, hw sdk.Hardware, weights map[string]device.Handle, l launcher, health *quarantine) (*prepared, error) {
 	c, err := family.Lookup(req.Family)
 	if err != nil {
 		return nil, err
 	}
-	p := &prepared{entry: e, req: req, hw: hw, weights: weights, dev: dev, known: l, ioSizes: mergeSizes(c.InputSizes(req), c.OutputSizes(req))}
-	if err := p.reprepare(ctx); err != nil {
-		return nil, err
+	p := &prepared{entry: e, req: req, hw: hw, weights: weights, dev: dev, known: l, ioSizes: mergeSizes(c.InputSizes(req), c.OutputSizes(req)), health: health}
+	for attempt := 0; ; attempt++ {
+		err := p.reprepare(ctx)
+		if err == nil {
+			return p, nil
+		}
+		if attempt >= retriesAfterRestart || !lostState(err) || ctx.Err() != nil {
+			p.record(ctx, err)
+			return nil, err
+		}
+		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
 	}
-	return p, nil
 }
 
 // reprepare (re)creates the plugin-side state and the workspace.
@@ -138,21 +148,34 @@ func (p *prepared) bindings(io map[string]device.Handle) (string, map[string]dev
 }
 
 // retry runs fn, and when the plugin died or restarted under it, prepares
-// again and retries.
+// again in the new process and retries. A death is noticed a moment after
+// the call that saw it fails, so attempts are spaced out a little.
 func (p *prepared) retry(ctx context.Context, fn func(id string, io map[string]device.Handle) error, io map[string]device.Handle) error {
-	for attempt := 0; ; attempt++ {
-		id, bound, err := p.bindings(io)
-		if err != nil {
-			return err
+	var err error
+	for attempt := 0; attempt <= retriesAfterRestart; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+			case <-ctx.Done():
+				return err
+			}
+			if perr := p.reprepare(ctx); perr != nil {
+				if !lostState(perr) {
+					return fmt.Errorf("%w (and preparing again failed: %w)", err, perr)
+				}
+				err = perr
+				continue
+			}
 		}
-		err = fn(id, bound)
-		if err == nil || attempt >= retriesAfterRestart || !lostState(err) || ctx.Err() != nil {
-			return err
+		id, bound, berr := p.bindings(io)
+		if berr != nil {
+			return berr
 		}
-		if perr := p.reprepare(ctx); perr != nil {
-			return fmt.Errorf("%w (and preparing again failed: %w)", err, perr)
+		if err = fn(id, bound); err == nil || !lostState(err) || ctx.Err() != nil {
+			return err
 		}
 	}
+	return err
 }
 
 // lostState says an error means the plugin process lost the prepared state.
@@ -165,6 +188,7 @@ func (p *prepared) execute(ctx context.Context, io map[string]device.Handle) (us
 		us, err = p.entry.Client.Execute(ctx, sdk.ExecuteRequest{PreparedID: id, Buffers: bound})
 		return err
 	}, io)
+	p.record(ctx, err)
 	return us, err
 }
 
@@ -173,7 +197,20 @@ func (p *prepared) benchmark(ctx context.Context, io map[string]device.Handle, w
 		res, err = p.entry.Client.Benchmark(ctx, sdk.BenchmarkRequest{PreparedID: id, Buffers: bound, Warmup: warmup, Iterations: iterations})
 		return err
 	}, io)
+	p.record(ctx, err)
 	return res, err
+}
+
+// record counts a call's outcome toward the candidate's quarantine. The
+// caller's own mistakes and cancellations are not the candidate's failures.
+func (p *prepared) record(ctx context.Context, err error) {
+	switch {
+	case err == nil:
+		p.health.succeeded(p.entry.Info.Name)
+	case ctx.Err() != nil, errors.Is(err, errdefs.ErrInvalidRequest) && !errors.Is(err, sdk.ErrBadLaunchPlan):
+	default:
+		p.health.failed(p.entry.Info.Name, p.entry.Info.Fallback, err)
+	}
 }
 
 func (p *prepared) release(ctx context.Context) error {

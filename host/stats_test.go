@@ -62,5 +62,11 @@ func TestCheckBenchmarkRefusesImpossibleTimes(t *testing.T) {
 	assert.NoError(t, checkBenchmark(sdk.BenchmarkResult{IterationMicros: []float64{10, 11}, WallMicros: 30}, 2))
 	assert.Error(t, checkBenchmark(sdk.BenchmarkResult{IterationMicros: []float64{10}, WallMicros: 30}, 2), "too few samples")
 	assert.Error(t, checkBenchmark(sdk.BenchmarkResult{IterationMicros: []float64{10, 0}, WallMicros: 30}, 2), "zero time")
+	assert.Error(t, checkBenchmark(sdk.BenchmarkResult{IterationMicros: []float64{10, 0.001}, WallMicros: 30}, 2), "absurdly small")
 	assert.Error(t, checkBenchmark(sdk.BenchmarkResult{IterationMicros: []float64{100, 100}, WallMicros: 30}, 2), "more device time than wall time")
+}
+
+func TestPlausibility(t *testing.T) {
+	assert.NoError(t, checkPlausible(Timing{Mean: 10}, 30<<20), "3 TB/s is possible")
+	assert.Error(t, checkPlausible(Timing{Mean: 0.1}, 30<<20), "300 TB/s is not")
 }

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"context"
 	"os"
 	"strings"
 	"testing"
@@ -9,9 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kcand/kcand/internal/refcandidate"
 	"github.com/kcand/kcand/sdk"
-	"github.com/kcand/kcand/sdk/bf16"
-	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
 )
 
@@ -30,83 +28,27 @@ func serveTestPlugin(name string) {
 	switch name {
 	case pluginProto2:
 		opts.ProtocolVersion = 2
-		sdk.Serve(opts, oracle{name: "proto2-oracle"})
+		sdk.Serve(opts, refcandidate.Candidate{Name: "proto2-oracle"})
 	case pluginWrong:
-		sdk.Serve(opts, oracle{name: "wrong", corrupt: true})
+		sdk.Serve(opts, refcandidate.Candidate{Name: "wrong", Corrupt: true})
 	case pluginOracle:
-		sdk.Serve(opts, oracle{name: "oracle"})
+		sdk.Serve(opts, refcandidate.Candidate{Name: "oracle"})
 	case pluginBadPlan:
-		sdk.Serve(opts, oracle{name: "badplan", badPlan: true})
+		sdk.Serve(opts, refcandidate.Candidate{Name: "badplan", Export: badPlan})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)
 	}
 }
 
-// oracle is an affine candidate computing the float64 reference on the CPU
-// device; with corrupt set it gets one element wrong.
-type oracle struct {
-	name    string
-	corrupt bool
-	badPlan bool
-}
-
-func (o oracle) Info() sdk.CandidateInfo {
-	return sdk.CandidateInfo{Name: o.name, Family: sdk.FamilyAffine, Numeric: sdk.NumericBounded, Stability: sdk.Stable, Devices: []device.Kind{device.CPU}}
-}
-
-func (o oracle) Admit(req sdk.Request, _ device.Profile) sdk.Admission {
-	if err := affine.Validate(req); err != nil {
-		return sdk.Admission{Reason: err.Error()}
-	}
-	return sdk.Admission{Admitted: true, Reason: "test candidate"}
-}
-
-func (o oracle) Prepare(_ context.Context, _ sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
-	view, err := affine.NewHostView(req, weights)
-	if err != nil {
-		return nil, err
-	}
-	if o.badPlan {
-		return &badPlanPrepared{oraclePrepared{o: o, view: view}}, nil
-	}
-	return &oraclePrepared{o: o, view: view}, nil
-}
-
-// badPlanPrepared exports a plan whose kernel would read a buffer the host
-// never bound: the host must refuse it before any launch.
-type badPlanPrepared struct{ oraclePrepared }
-
-func (p *badPlanPrepared) Export() (sdk.LaunchPlan, error) {
+// badPlan exports a plan whose kernel would read a buffer the host never
+// bound: the host must refuse it before any launch.
+func badPlan() (sdk.LaunchPlan, error) {
 	m := sdk.NewModule(sdk.ModuleCubin, []byte("not really a cubin"))
 	return sdk.LaunchPlan{Modules: []sdk.Module{m}, Launches: []sdk.Launch{{
 		Module: m.Hash, Function: "steal", Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1},
 		Params: []sdk.Param{sdk.BufferParam("host_secrets"), sdk.BufferParam(affine.Y)},
 	}}}, nil
-}
-
-type oraclePrepared struct {
-	o    oracle
-	view *affine.HostView
-}
-
-func (p *oraclePrepared) WorkspaceBytes() int64 { return 0 }
-func (p *oraclePrepared) Release() error        { return nil }
-
-func (p *oraclePrepared) Execute(_ context.Context, io sdk.Buffers) error {
-	x, y, err := p.view.IO(io)
-	if err != nil {
-		return err
-	}
-	weights := map[string][]byte{affine.Weight: p.view.Weight, affine.Scales: p.view.Scales, affine.Biases: p.view.Biases, affine.Bias: p.view.Bias}
-	ref := affine.Reference(p.view.Req, weights, x)
-	for i, v := range ref {
-		bf16.Set(y, i, float32(v))
-	}
-	if p.o.corrupt {
-		bf16.Set(y, len(ref)/2, float32(ref[len(ref)/2])+10)
-	}
-	return nil
 }
 
 // pluginDir makes a plugin directory holding the named real plugins

@@ -2,6 +2,8 @@ package sdk
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"runtime/debug"
 	"sort"
@@ -35,6 +37,9 @@ type Runtime struct {
 	mu       sync.Mutex
 	prepared map[string]*preparedEntry
 	nextID   atomic.Uint64
+	// nonce makes prepared ids unique across processes: an id from a
+	// process that died never names state in its successor.
+	nonce string
 }
 
 type preparedEntry struct {
@@ -59,6 +64,7 @@ func NewRuntime(name, version string, logger hclog.Logger, candidates ...Candida
 		logger:     logger,
 		devices:    newDeviceSet(),
 		prepared:   map[string]*preparedEntry{},
+		nonce:      randomNonce(),
 	}
 	for _, c := range candidates {
 		info := c.Info()
@@ -170,7 +176,7 @@ func (r *Runtime) Prepare(ctx context.Context, req PrepareRequest) (info Prepare
 		}
 		info.Launch = withoutKnownImages(plan, req.KnownModules)
 	}
-	info.ID = fmt.Sprintf("%s#%d", req.Candidate, r.nextID.Add(1))
+	info.ID = fmt.Sprintf("%s#%s-%d", req.Candidate, r.nonce, r.nextID.Add(1))
 	r.mu.Lock()
 	r.prepared[info.ID] = &preparedEntry{candidate: c, request: req.Request, prepared: p, dev: dev}
 	r.mu.Unlock()
@@ -306,6 +312,14 @@ func (r *Runtime) recoverInto(op string, err *error) {
 		r.logger.Error("candidate panicked", "op", op, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		*err = errdefs.Internal("%s panicked: %v", op, p)
 	}
+}
+
+func randomNonce() string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return fmt.Sprintf("%x", time.Now().UnixNano())
+	}
+	return hex.EncodeToString(b[:])
 }
 
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

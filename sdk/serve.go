@@ -29,12 +29,7 @@ type Options struct {
 // on stdout but the go-plugin handshake, and exits when its parent exits so
 // that no plugin outlives its host.
 func Serve(opts Options, candidates ...Candidate) {
-	logger := hclog.New(&hclog.LoggerOptions{
-		Name:       opts.Name,
-		Level:      hclog.LevelFromString(envOr("KCAND_PLUGIN_LOG_LEVEL", "info")),
-		Output:     os.Stderr,
-		JSONFormat: true,
-	})
+	logger := PluginLogger(opts.Name)
 	rt, err := NewRuntime(opts.Name, opts.Version, logger, candidates...)
 	if err != nil {
 		logger.Error("cannot serve", "error", err)
@@ -42,6 +37,24 @@ func Serve(opts Options, candidates ...Candidate) {
 		os.Exit(1)
 	}
 	defer rt.Close()
+	ServePlugin(opts, logger, rt)
+}
+
+// PluginLogger is the logger Serve uses: hclog JSON on stderr, which the
+// host parses and forwards under the plugin's name.
+func PluginLogger(name string) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       name,
+		Level:      hclog.LevelFromString(envOr("KCAND_PLUGIN_LOG_LEVEL", "info")),
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+}
+
+// ServePlugin serves an implementation of the protocol itself, for plugins
+// that need more control than Candidate gives (most should use Serve). It
+// watches the parent like Serve and returns when the host stops it.
+func ServePlugin(opts Options, logger hclog.Logger, impl Plugin) {
 	go watchParent(logger, opts.ParentPollInterval)
 
 	version := opts.ProtocolVersion
@@ -53,7 +66,7 @@ func Serve(opts Options, candidates ...Candidate) {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: handshake,
 		VersionedPlugins: map[int]plugin.PluginSet{
-			version: {PluginName: &GRPCPlugin{Impl: rt}},
+			version: {PluginName: &GRPCPlugin{Impl: impl}},
 		},
 		GRPCServer: plugin.DefaultGRPCServer,
 		Logger:     logger,

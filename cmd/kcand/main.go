@@ -3,6 +3,7 @@
 //	kcand plugins [--plugin-dir DIR] [--device cpu|cuda|auto]
 //	kcand tune    [--plugin-dir DIR] [--device cpu|cuda|auto] [--cache FILE] [--config FILE]
 //	kcand cache   show|clear [--cache FILE]
+//	kcand faults  [--runs N] [--markdown FILE]
 package main
 
 import (
@@ -28,6 +29,7 @@ commands:
   plugins   list plugins: name, version, sha256, candidates, health
   tune      plan the built-in demo requests (measuring what is not cached)
   cache     show or clear the plan cache
+  faults    run the fault-injection suite (writes docs/reliability.md with --markdown)
 
 Run "kcand <command> -h" for the flags of a command.
 `
@@ -53,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runTune(ctx, args[1:], stdout, stderr)
 	case "cache":
 		return runCache(args[1:], stdout, stderr)
+	case "faults":
+		return runFaults(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -67,17 +67,20 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 func printDecision(w io.Writer, d *host.Decision) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  CANDIDATE\tPLUGIN\tTIME µs\tSPREAD µs\tVERDICT\tNOTE")
+	fmt.Fprintln(tw, "  CANDIDATE\tPLUGIN\tCALL µs\tSPREAD µs\tDEVICE µs\tVERDICT\tNOTE")
 	for _, m := range d.Measurements {
-		t, s := "-", "-"
+		t, s, dev := "-", "-", "-"
 		if m.Timing.Iterations > 0 {
 			t, s = fmt.Sprintf("%.1f", m.Timing.Mean), fmt.Sprintf("%.1f", m.Timing.Spread)
+		}
+		if m.Device.Iterations > 0 {
+			dev = fmt.Sprintf("%.1f", m.Device.Mean)
 		}
 		note := ""
 		if m.Verdict == host.VerdictRefused || m.Verdict == host.VerdictRejected || m.Verdict == host.VerdictFailed {
 			note = m.Reason
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", m.Candidate, m.Plugin, t, s, m.Verdict, note)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Candidate, m.Plugin, t, s, dev, m.Verdict, note)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "  tuning took %.0f ms\n", float64(d.Cost.Microseconds())/1e3)

@@ -33,3 +33,13 @@ func BuildPlugins(names ...string) (string, error) {
 	}
 	return dir, nil
 }
+
+// Build builds one package into the file out and returns out.
+func Build(pkg, out string) (string, error) {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %w", pkg, err)
+	}
+	return out, nil
+}
