@@ -101,9 +101,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	}
 	measureOpts := opts.Measure
 	measureOpts.defaults()
-	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry, policy: policy}
+	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry, policy: policy, launcher: launcherFor(dev)}
 	h.measurer = &measurer{dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts, policy: policy,
-		health: newQuarantine(opts.QuarantineAfter, opts.QuarantineFor, logger.Named("quarantine"))}
+		health: newQuarantine(opts.QuarantineAfter, opts.QuarantineFor, logger.Named("quarantine")), launcher: h.launcher}
 	h.cache = OpenCache(opts.CachePath, validatorsFor(dev.Profile()), stamps(manager.Plugins()), logger.Named("cache"))
 	h.planner = newPlanner(registry, h.measurer, h.cache, policy, dev.Profile(), logger.Named("planner"))
 	h.planner.owner = h
@@ -125,11 +125,6 @@ func openDevice(kind string) (device.Device, error) {
 		return openCUDA()
 	}
 	return nil, errdefs.Invalid("device", kind, "want cpu, cuda or auto")
-}
-
-// openCUDA is replaced when the CUDA device exists.
-var openCUDA = func() (device.Device, error) {
-	return nil, errdefs.Unsupported("this host was built without the CUDA device")
 }
 
 // Device is the device the host runs on.

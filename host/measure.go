@@ -105,6 +105,9 @@ type run struct {
 	entry Entry
 	m     *Measurement
 	prep  *prepared
+	// exp is the candidate's launch plan loaded into the host's context,
+	// when it exports one and the device can launch it.
+	exp exported
 	// firstMicros is the host-observed time of its first correct run.
 	firstMicros float64
 }
@@ -149,6 +152,17 @@ func (s *sampleBuffers) load(sample sdk.Sample) (weights, io map[string]device.H
 	}
 	io, err = s.ioHandles()
 	return weights, io, err
+}
+
+// ioBuffers maps every input and output binding to its buffer.
+func (s *sampleBuffers) ioBuffers() map[string]device.Buffer {
+	out := map[string]device.Buffer{}
+	for _, set := range []*bufferSet{s.inputs, s.outputs} {
+		for k, v := range set.bufs {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // ioHandles exports the inputs and outputs.
@@ -213,7 +227,7 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request) (*Decision, er
 			minBytes += n
 		}
 	}
-	ms.time(ctx, io, runs, minBytes)
+	ms.time(ctx, bufs, io, runs, minBytes)
 	ms.decide(d, runs)
 	d.Cost = time.Since(start)
 	return d, nil
@@ -270,7 +284,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 				continue
 			}
 			r.release(ctx) // weights changed: prepare again (plugins may repack them)
-			got, us, err := ms.runOnce(ctx, r, req, weights, io, bufs.outputs)
+			got, us, err := ms.runOnce(ctx, r, req, bufs, weights, io)
 			switch {
 			case err != nil:
 				r.m.Verdict, r.m.Reason = VerdictFailed, fmt.Sprintf("%s sample: %v", s.name, err)
@@ -300,20 +314,30 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 
 // runOnce prepares r if needed, poisons the outputs, executes once and
 // reads the outputs back.
-func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, weights, io map[string]device.Handle, outputs *bufferSet) (map[string][]byte, float64, error) {
+func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, bufs *sampleBuffers, weights, io map[string]device.Handle) (map[string][]byte, float64, error) {
 	if r.prep == nil {
 		p, err := prepare(ctx, ms.dev, r.entry, req, ms.hw, weights, ms.launcher, ms.health)
 		if err != nil {
 			return nil, 0, err
 		}
 		r.prep = p
+		if launch := p.launchPlan(); launch != nil && ms.launcher != nil {
+			if r.exp, err = ms.launcher.load(launch, p.bindingsWithWeights(bufs.weights.bufs)); err != nil {
+				return nil, 0, fmt.Errorf("candidate %s dropped: %w", r.entry.Info.Name, err)
+			}
+		}
 	}
+	outputs := bufs.outputs
 	if err := outputs.fill(0xff); err != nil { // bf16/f32 NaN: unwritten elements fail the gate
 		return nil, 0, err
 	}
 	ms.work.Add(1)
 	start := time.Now()
-	if _, err := r.prep.execute(ctx, io); err != nil {
+	if r.exp != nil {
+		if err := r.exp.run(nil, bufs.ioBuffers()); err != nil {
+			return nil, 0, err
+		}
+	} else if _, err := r.prep.execute(ctx, io); err != nil {
 		return nil, 0, err
 	}
 	us := float64(time.Since(start).Nanoseconds()) / 1e3
@@ -330,7 +354,8 @@ func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, weight
 // time taken as a cross-check. Iterations are sized from the first run so
 // each candidate gets about TargetMicros (larger requests, with more
 // tokens, run fewer). An impossible report fails the candidate.
-func (ms *measurer) time(ctx context.Context, io map[string]device.Handle, runs []*run, minBytes int64) {
+func (ms *measurer) time(ctx context.Context, bufs *sampleBuffers, io map[string]device.Handle, runs []*run, minBytes int64) {
+	var rotation *rotation
 	for _, r := range runs {
 		if r.m.Verdict != "" {
 			continue
@@ -340,7 +365,22 @@ func (ms *measurer) time(ctx context.Context, io map[string]device.Handle, runs 
 			iterations = int(ms.opts.TargetMicros / r.firstMicros)
 		}
 		iterations = min(max(iterations, ms.opts.MinIterations), ms.opts.MaxIterations)
-		host, device, err := ms.timeRemote(ctx, r, io, iterations)
+		var host, device Timing
+		var err error
+		if r.exp != nil {
+			if rotation == nil {
+				rotation, err = ms.newRotation(bufs)
+				if err != nil {
+					r.m.Verdict, r.m.Reason = VerdictFailed, "timing: "+err.Error()
+					continue
+				}
+				defer rotation.free()
+			}
+			host, err = ms.timeExported(r, rotation, iterations)
+			device = host
+		} else {
+			host, device, err = ms.timeRemote(ctx, r, io, iterations)
+		}
 		if err == nil {
 			err = checkPlausible(host, minBytes)
 		}
@@ -473,6 +513,7 @@ func (ms *measurer) decide(d *Decision, runs []*run) {
 }
 
 func (r *run) release(ctx context.Context) {
+	r.exp = nil
 	if r.prep != nil {
 		if err := r.prep.release(ctx); err != nil && !errors.Is(err, ErrStale) {
 			r.prep.entry.Plugin.logger.Debug("release failed", "error", err)

@@ -4,16 +4,17 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/device/cpu"
 	"github.com/kcand/kcand/sdk/errdefs"
 )
 
-// DeviceOpeners make the device of each kind in a plugin process, on first
-// use. The CUDA entry is added by the cuda package's registration in
-// plugin binaries that link it.
+// deviceOpeners make the device of each kind in a plugin process, on first
+// use: a plugin that never sees a CUDA handle never initialises CUDA.
 var deviceOpeners = map[device.Kind]func() (device.Device, error){
-	device.CPU: func() (device.Device, error) { return cpu.New(), nil },
+	device.CPU:  func() (device.Device, error) { return cpu.New(), nil },
+	device.CUDA: func() (device.Device, error) { return cuda.OpenDevice(0) },
 }
 
 // RegisterDevice makes kind available to plugins served by this process.

@@ -1,0 +1,184 @@
+package host
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/kcand/kcand/cuda"
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
+)
+
+// cudaLauncher loads exported launch plans into the host's CUDA context.
+// Modules are cached by content hash for the life of the host: a plugin
+// sends each image once, and a plugin's death leaves loaded modules working.
+type cudaLauncher struct {
+	dev *cuda.Device
+
+	mu      sync.Mutex
+	modules map[string]*cuda.Module
+}
+
+var _ launcher = (*cudaLauncher)(nil)
+
+func newCUDALauncher(dev *cuda.Device) *cudaLauncher {
+	return &cudaLauncher{dev: dev, modules: map[string]*cuda.Module{}}
+}
+
+func (l *cudaLauncher) known(hash string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.modules[hash]
+	return ok
+}
+
+func (l *cudaLauncher) knownModules() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.modules))
+	for h := range l.modules {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// module returns the loaded module of a hash, loading the image when new.
+func (l *cudaLauncher) module(m sdk.Module) (*cuda.Module, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if mod, ok := l.modules[m.Hash]; ok {
+		return mod, nil
+	}
+	if len(m.Image) == 0 {
+		return nil, &sdk.LaunchPlanError{Field: "modules.image", Value: m.Hash[:12], Reason: "the host has no such module"}
+	}
+	mod, err := l.dev.Context().LoadModule(m.Image)
+	if err != nil {
+		return nil, &sdk.LaunchPlanError{Field: "modules.image", Value: m.Hash[:12], Reason: "the driver refuses it: " + err.Error()}
+	}
+	l.modules[m.Hash] = mod
+	return mod, nil
+}
+
+// cudaLaunch is one validated launch with its function resolved.
+type cudaLaunch struct {
+	fn     *cuda.Function
+	config cuda.LaunchConfig
+	params []sdk.Param
+	args   *cuda.Args
+}
+
+// cudaPlan is a loaded launch plan with its fixed bindings (weights and
+// workspace); a run binds the inputs and outputs and launches in order.
+type cudaPlan struct {
+	dev      *cuda.Device
+	launches []*cudaLaunch
+	fixed    map[string]device.Buffer
+	mu       sync.Mutex // guards the launches' argument buffers
+}
+
+// load checks what needs the device (each function exists, its parameters
+// have the sizes the plan gives, its shared memory fits) and resolves
+// everything a run needs, so a run does no lookup but the bindings.
+func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer) (exported, error) {
+	modules := map[string]sdk.Module{}
+	for _, m := range plan.Modules {
+		modules[m.Hash] = m
+	}
+	out := &cudaPlan{dev: l.dev, fixed: fixed}
+	for i, ln := range plan.Launches {
+		field := fmt.Sprintf("launches[%d]", i)
+		mod, err := l.module(modules[ln.Module])
+		if err != nil {
+			return nil, err
+		}
+		fn, err := mod.Function(ln.Function)
+		if err != nil {
+			return nil, &sdk.LaunchPlanError{Field: field + ".function", Value: ln.Function, Reason: err.Error()}
+		}
+		if err := checkParams(field, fn, ln.Params); err != nil {
+			return nil, err
+		}
+		if int(ln.SharedBytes) > 48<<10 {
+			if err := fn.SetMaxDynamicSharedMemory(int(ln.SharedBytes)); err != nil {
+				return nil, &sdk.LaunchPlanError{Field: field + ".shared_bytes", Value: ln.SharedBytes, Reason: err.Error()}
+			}
+		}
+		out.launches = append(out.launches, &cudaLaunch{
+			fn: fn,
+			config: cuda.LaunchConfig{
+				Grid:              cuda.Dim3{X: int(ln.Grid[0]), Y: int(ln.Grid[1]), Z: int(ln.Grid[2])},
+				Block:             cuda.Dim3{X: int(ln.Block[0]), Y: int(ln.Block[1]), Z: int(ln.Block[2])},
+				SharedMemoryBytes: int(ln.SharedBytes),
+			},
+			params: ln.Params,
+			args:   cuda.NewArgs(),
+		})
+	}
+	return out, nil
+}
+
+// checkParams compares the plan's parameters with the kernel's own layout
+// when the driver can report it (CUDA 12.4+).
+func checkParams(field string, fn *cuda.Function, params []sdk.Param) error {
+	info, err := fn.ParamInfo()
+	if err != nil {
+		return nil // an older driver cannot say; the static checks stand
+	}
+	if len(info) != len(params) {
+		return &sdk.LaunchPlanError{Field: field + ".params", Value: len(params), Reason: fmt.Sprintf("kernel %s takes %d parameters", fn.Name(), len(info))}
+	}
+	for j, p := range params {
+		size := len(p.Scalar)
+		if p.Buffer != "" {
+			size = 8
+		}
+		if info[j].Size != size {
+			return &sdk.LaunchPlanError{Field: fmt.Sprintf("%s.params[%d]", field, j), Value: size, Reason: fmt.Sprintf("kernel %s expects %d bytes there", fn.Name(), info[j].Size)}
+		}
+	}
+	return nil
+}
+
+// run binds io (which may also override fixed bindings, as weight rotation
+// does) and enqueues every launch on stream (the device's stream when nil).
+func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error {
+	s := p.dev.Stream()
+	if stream != nil {
+		cs, ok := stream.(*cuda.Stream)
+		if !ok {
+			return errdefs.Invalid("stream", fmt.Sprintf("%T", stream), "not a CUDA stream")
+		}
+		s = cs
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.launches {
+		l.args.Reset()
+		for j := range l.params {
+			prm := &l.params[j]
+			if prm.Buffer == "" {
+				l.args.Bytes(prm.Scalar, len(prm.Scalar))
+				continue
+			}
+			b, ok := io[prm.Buffer]
+			if !ok {
+				if b, ok = p.fixed[prm.Buffer]; !ok {
+					return errdefs.Invalid("io."+prm.Buffer, "missing", "binding required")
+				}
+			}
+			dm, ok := b.(device.DeviceMemory)
+			if !ok {
+				return errdefs.Invalid("io."+prm.Buffer, fmt.Sprintf("%T", b), "not GPU memory")
+			}
+			l.args.Pointer(cuda.DevicePtr(dm.DevicePointer() + uintptr(prm.Offset)))
+		}
+		if err := l.fn.Launch(s, l.config, l.args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
