@@ -28,3 +28,8 @@ func (affineContract) SpotCheck(req spec.Request, sample spec.Sample, outputs ma
 func (affineContract) RelativeError(req spec.Request, sample spec.Sample, outputs map[string][]byte) float64 {
 	return affine.RelativeError(outputs[affine.Y], affine.Reference(req, sample.Weights, sample.Inputs[affine.X]))
 }
+
+func (affineContract) SampledRelativeError(req spec.Request, sample spec.Sample, outputs map[string][]byte, n int) float64 {
+	got, want := affine.SampledReference(req, sample, outputs[affine.Y], n)
+	return affine.RelativeError(got, want)
+}

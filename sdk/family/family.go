@@ -28,6 +28,9 @@ type Contract interface {
 	// RelativeError is ‖out−ref‖₂/‖ref‖₂ against the float64 reference over
 	// the whole output: the accuracy figure tests report.
 	RelativeError(req spec.Request, sample spec.Sample, outputs map[string][]byte) float64
+	// SampledRelativeError is RelativeError over up to n elements spread
+	// over the output (all of them when there are at most n).
+	SampledRelativeError(req spec.Request, sample spec.Sample, outputs map[string][]byte, n int) float64
 }
 
 // Lookup returns the contract of f, or an invalid-request error naming it.

@@ -30,7 +30,10 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/device/cpu"
 )
 
 // IsPluginProcess reports whether this process was started by a kcand host
@@ -71,15 +74,56 @@ func Start(t testing.TB, command func() *exec.Cmd) sdk.Plugin {
 	return p
 }
 
-// Run starts the plugin and runs the whole suite against it.
+// Run starts the plugin and runs the whole suite against it: on the CPU
+// device always, and on the GPU when a CUDA driver and device are present
+// (the GPU part skips, saying why, where there is none).
 func Run(t *testing.T, command func() *exec.Cmd) {
 	p := Start(t, command)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	desc, err := p.Describe(ctx)
 	require.NoError(t, err)
 	t.Run("Describe", func(t *testing.T) { checkDescription(t, desc) })
 	t.Run("Admission", func(t *testing.T) { checkAdmission(t, ctx, p, desc) })
-	t.Run("Numerics", func(t *testing.T) { checkNumerics(t, ctx, p, desc) })
+	t.Run("Numerics", func(t *testing.T) {
+		dev := cpu.New()
+		defer dev.Close()
+		checkNumerics(t, ctx, p, desc, dev, Requests)
+	})
+	t.Run("NumericsGPU", func(t *testing.T) {
+		dev := OpenGPU(t)
+		checkNumerics(t, ctx, p, desc, dev, Requests)
+	})
 	t.Run("BadInput", func(t *testing.T) { checkBadInput(t, ctx, p, desc) })
+}
+
+// RunShapes starts the plugin and checks every admitted candidate on each
+// of requests on dev against the float64 reference: for plugin tests that
+// cover shapes beyond the conformance set (large or odd GPU shapes).
+func RunShapes(t *testing.T, command func() *exec.Cmd, dev device.Device, requests []sdk.Request) {
+	p := Start(t, command)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	desc, err := p.Describe(ctx)
+	require.NoError(t, err)
+	checkNumerics(t, ctx, p, desc, dev, func(f sdk.Family) []sdk.Request {
+		var out []sdk.Request
+		for _, r := range requests {
+			if r.Family == f {
+				out = append(out, r)
+			}
+		}
+		return out
+	})
+}
+
+// OpenGPU opens CUDA device 0 for a test, or skips the test saying why.
+func OpenGPU(t *testing.T) device.Device {
+	t.Helper()
+	dev, err := cuda.OpenDevice(0)
+	if err != nil {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
 }

@@ -49,10 +49,18 @@ func DequantizeRow(req spec.Request, weights map[string][]byte, o int) []float64
 	return w
 }
 
-// SpotCheck compares y against the float64 reference at up to n elements:
-// every element when the output has at most n, else n elements on a
-// stride through the output that visits every token and many rows.
+// SpotCheck compares y against the float64 reference at up to n elements
+// (n ≤ 0: all): every element when the output has at most n, else n elements
+// on a stride that visits every token and many rows.
 func SpotCheck(req spec.Request, sample spec.Sample, y []byte, n int) error {
+	got, want := SampledReference(req, sample, y, n)
+	return Check(got, want)
+}
+
+// SampledReference picks up to n elements of y (n ≤ 0: all) on a stride
+// through the output and returns them (as bf16 bytes) with their float64
+// reference values.
+func SampledReference(req spec.Request, sample spec.Sample, y []byte, n int) ([]byte, []float64) {
 	total := req.Tokens * req.OutFeatures
 	stride := 1
 	if n > 0 && total > n {
@@ -74,5 +82,5 @@ func SpotCheck(req spec.Request, sample spec.Sample, y []byte, n int) error {
 		want = append(want, ReferenceElement(req, sample.Weights, sample.Inputs[X], w, t, o))
 		got = append(got, y[2*idx], y[2*idx+1])
 	}
-	return Check(got, want)
+	return got, want
 }
