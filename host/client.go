@@ -157,3 +157,17 @@ func (c *pluginClient) Release(ctx context.Context, id string, forget []device.H
 	}
 	return err
 }
+
+func (c *pluginClient) OpenChannel(ctx context.Context, req sdk.ChannelRequest) error {
+	_, err := c.p.openChannel(ctx, req)
+	return err
+}
+
+// openChannel asks the plugin to serve a doorbell channel and returns the
+// generation of the process that serves it.
+func (p *Plugin) openChannel(ctx context.Context, req sdk.ChannelRequest) (uint64, error) {
+	c := &pluginClient{p: p}
+	return c.callOnce(ctx, "open channel", anyGeneration, func(ctx context.Context, rpc sdk.Plugin) error {
+		return rpc.OpenChannel(ctx, req)
+	})
+}

@@ -146,3 +146,40 @@ func TestMalformedLaunchPlanDropsTheCandidate(t *testing.T) {
 	assert.Equal(t, "launches[0].params[0].buffer", le.Field)
 	assert.False(t, errors.Is(err, errdefs.ErrInvalidRequest), "a bad plan is the plugin's fault, not the caller's")
 }
+
+// TestRemoteRunsUseTheDoorbell checks which transport carries remote runs:
+// the doorbell channel by default, gRPC when channels are off.
+func TestRemoteRunsUseTheDoorbell(t *testing.T) {
+	for _, channels := range []bool{true, false} {
+		t.Run(map[bool]string{true: "channel", false: "rpc"}[channels], func(t *testing.T) {
+			cfg := newHostConfig(t, "qmm")
+			h, err := Open(context.Background(), Options{PluginDir: cfg.dir, Device: "cpu", NoChannels: !channels, Policy: &cfg.policy})
+			require.NoError(t, err)
+			defer h.Close()
+			req := affineRequest(2, 256, 64, 4, 64)
+			sample := affine.RandomSample(req, 5)
+			plan, err := h.Plan(context.Background(), req)
+			require.NoError(t, err)
+			w, err := h.RegisterWeights(req, sample.Weights)
+			require.NoError(t, err)
+			defer w.Close()
+			exe, err := plan.Bind(context.Background(), w)
+			require.NoError(t, err)
+			defer exe.Close()
+			io := ioBuffers(t, h, req, sample)
+			before := h.Stats()
+			for i := 0; i < 20; i++ {
+				require.NoError(t, exe.Run(context.Background(), nil, io))
+			}
+			require.NoError(t, affine.Check(readY(t, h, io), affine.Reference(req, sample.Weights, sample.Inputs[affine.X])))
+			after := h.Stats()
+			if channels {
+				assert.EqualValues(t, 20, after.ChannelCalls-before.ChannelCalls)
+				assert.EqualValues(t, 0, after.RPCCalls-before.RPCCalls)
+			} else {
+				assert.EqualValues(t, 0, after.ChannelCalls-before.ChannelCalls)
+				assert.EqualValues(t, 20, after.RPCCalls-before.RPCCalls)
+			}
+		})
+	}
+}

@@ -47,7 +47,7 @@ func (p *Plan) Bind(ctx context.Context, w *Weights) (*Executable, error) {
 		return nil, errdefs.Invalid("weights.request", w.req.Key(), "the plan is for %s", p.Request.Key())
 	}
 	h := p.host
-	prep, err := prepare(ctx, h.dev, p.entry, p.Request, h.Hardware(), w.handles, h.launcher, h.measurer.health)
+	prep, err := prepare(ctx, h.env, p.entry, p.Request, w.handles)
 	if err != nil {
 		return nil, err
 	}
@@ -124,13 +124,10 @@ func (e *Executable) replan(ctx context.Context, failed *Plan, cause error) erro
 	return nil
 }
 
-// runRemote has the plugin execute on io after stream's work is done.
+// runRemote has the plugin execute on io after stream's work: ordered on
+// the GPU through the doorbell channel's events, or after waiting for the
+// stream on the RPC path.
 func runRemote(ctx context.Context, prep *prepared, stream device.Stream, io map[string]device.Buffer) error {
-	if stream != nil {
-		if err := stream.Synchronize(); err != nil {
-			return err
-		}
-	}
 	handles := make(map[string]device.Handle, len(io))
 	for name, b := range io {
 		hd, err := b.Handle()
@@ -139,7 +136,7 @@ func runRemote(ctx context.Context, prep *prepared, stream device.Stream, io map
 		}
 		handles[name] = hd
 	}
-	_, err := prep.execute(ctx, handles)
+	_, err := prep.execute(ctx, stream, handles)
 	return err
 }
 

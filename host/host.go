@@ -39,6 +39,12 @@ type Options struct {
 	// QuarantineFor (defaults 3 and 10 minutes).
 	QuarantineAfter int
 	QuarantineFor   time.Duration
+	// NoChannels turns the doorbell fast path off: remote calls go over
+	// gRPC (for comparison and debugging).
+	NoChannels bool
+	// ForceRemote runs every candidate in its plugin even when it exports
+	// its kernels (for comparison and debugging).
+	ForceRemote bool
 }
 
 // LoadPolicy builds a policy from the defaults, then the JSON file at path
@@ -66,6 +72,10 @@ type Host struct {
 	policy   Policy
 	// launcher runs exported launch plans; nil on devices without kernels.
 	launcher launcher
+	// env is what preparing and running candidates needs.
+	env *execEnv
+	// shm allocates the doorbell pages of remote channels.
+	shm *cpu.Device
 }
 
 // Open starts a host: it opens the device, starts every plugin in the
@@ -101,9 +111,17 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	}
 	measureOpts := opts.Measure
 	measureOpts.defaults()
-	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry, policy: policy, launcher: launcherFor(dev)}
-	h.measurer = &measurer{dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts, policy: policy,
-		health: newQuarantine(opts.QuarantineAfter, opts.QuarantineFor, logger.Named("quarantine")), launcher: h.launcher}
+	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry, policy: policy, launcher: launcherFor(dev), shm: cpu.New()}
+	health := newQuarantine(opts.QuarantineAfter, opts.QuarantineFor, logger.Named("quarantine"))
+	h.env = &execEnv{dev: dev, hw: dev.Profile(), launcher: h.launcher, health: health, forceRemote: opts.ForceRemote}
+	if opts.ForceRemote {
+		h.env.launcher, h.launcher = nil, nil
+	}
+	if !opts.NoChannels {
+		h.env.channels = newChannelFactory(h.shm, dev, logger.Named("channel"))
+	}
+	h.measurer = &measurer{env: h.env, dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts, policy: policy,
+		health: health, launcher: h.launcher}
 	h.cache = OpenCache(opts.CachePath, validatorsFor(dev.Profile()), stamps(manager.Plugins()), logger.Named("cache"))
 	h.planner = newPlanner(registry, h.measurer, h.cache, policy, dev.Profile(), logger.Named("planner"))
 	h.planner.owner = h
@@ -188,5 +206,8 @@ func (h *Host) Measure(ctx context.Context, req sdk.Request) (*Decision, error) 
 
 // Close stops every plugin and frees the device.
 func (h *Host) Close() error {
-	return errors.Join(h.manager.Close(), h.dev.Close())
+	if h.env.channels != nil {
+		h.env.channels.close()
+	}
+	return errors.Join(h.manager.Close(), h.dev.Close(), h.shm.Close())
 }

@@ -411,6 +411,14 @@ func (p *Plugin) current(ctx context.Context) (sdk.Plugin, uint64, error) {
 	}
 }
 
+// exited reports whether the current process has exited.
+func (p *Plugin) exited() bool {
+	p.mu.Lock()
+	client := p.client
+	p.mu.Unlock()
+	return client.Exited()
+}
+
 // Generation counts the plugin's starts; state prepared in one generation
 // is gone in the next.
 func (p *Plugin) Generation() uint64 {

@@ -87,6 +87,7 @@ func (o *MeasureOptions) defaults() {
 
 // measurer runs candidates on sample inputs through the real protocol.
 type measurer struct {
+	env      *execEnv
 	dev      device.Device
 	hw       sdk.Hardware
 	registry *Registry
@@ -316,7 +317,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 // reads the outputs back.
 func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, bufs *sampleBuffers, weights, io map[string]device.Handle) (map[string][]byte, float64, error) {
 	if r.prep == nil {
-		p, err := prepare(ctx, ms.dev, r.entry, req, ms.hw, weights, ms.launcher, ms.health)
+		p, err := prepare(ctx, ms.env, r.entry, req, weights)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -337,7 +338,7 @@ func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, bufs *
 		if err := r.exp.run(nil, bufs.ioBuffers()); err != nil {
 			return nil, 0, err
 		}
-	} else if _, err := r.prep.execute(ctx, io); err != nil {
+	} else if _, err := r.prep.execute(ctx, nil, io); err != nil {
 		return nil, 0, err
 	}
 	us := float64(time.Since(start).Nanoseconds()) / 1e3
@@ -399,17 +400,22 @@ const crossCheckIterations = 10
 // timeRemote times calls through the plugin, then has the plugin time
 // itself and checks that its claim fits what the host saw.
 func (ms *measurer) timeRemote(ctx context.Context, r *run, io map[string]device.Handle, iterations int) (Timing, Timing, error) {
-	for i := 0; i < max(2, iterations/10); i++ {
+	call := func() error {
 		ms.work.Add(1)
-		if _, err := r.prep.execute(ctx, io); err != nil {
+		if _, err := r.prep.execute(ctx, nil, io); err != nil {
+			return err
+		}
+		return ms.dev.Synchronize() // a GPU channel returns before the work completes
+	}
+	for i := 0; i < max(2, iterations/10); i++ {
+		if err := call(); err != nil {
 			return Timing{}, Timing{}, err
 		}
 	}
 	samples := make([]float64, 0, iterations)
 	for i := 0; i < iterations; i++ {
-		ms.work.Add(1)
 		start := time.Now()
-		if _, err := r.prep.execute(ctx, io); err != nil {
+		if err := call(); err != nil {
 			return Timing{}, Timing{}, err
 		}
 		samples = append(samples, float64(time.Since(start).Nanoseconds())/1e3)

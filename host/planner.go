@@ -23,6 +23,9 @@ type Stats struct {
 	// DeviceWork counts device operations the tuner issued: buffer
 	// allocations and candidate executions and benchmarks.
 	DeviceWork int64
+	// ChannelCalls and RPCCalls count remote executions (tuning and
+	// engine runs) by transport: the doorbell channel or a gRPC call.
+	ChannelCalls, RPCCalls int64
 }
 
 // planner turns requests into plans: policy, then cache, then one
@@ -282,7 +285,8 @@ func (pl *planner) trace(p *Plan) {
 }
 
 func (pl *planner) stats() Stats {
-	return Stats{Tunings: pl.tunings.Load(), CacheHits: pl.cacheHits.Load(), DeviceWork: pl.measurer.work.Load()}
+	return Stats{Tunings: pl.tunings.Load(), CacheHits: pl.cacheHits.Load(), DeviceWork: pl.measurer.work.Load(),
+		ChannelCalls: pl.measurer.env.channelCalls.Load(), RPCCalls: pl.measurer.env.rpcCalls.Load()}
 }
 
 // validateAny validates a request of any family.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kcand/kcand/sdk"
@@ -20,35 +21,50 @@ const maxWorkspaceBytes = 4 << 30
 // under it: the host re-prepares in the new process and runs again.
 const retriesAfterRestart = 6
 
+// execEnv is what preparing and running candidates needs from the host.
+type execEnv struct {
+	dev device.Device
+	hw  sdk.Hardware
+	// launcher loads exported launch plans; nil on devices without kernels.
+	launcher launcher
+	// health counts candidates' failures toward quarantine.
+	health *quarantine
+	// channels opens doorbell channels to plugins; nil disables them.
+	channels *channelFactory
+	// forceRemote makes Bind ignore exported launch plans.
+	forceRemote bool
+	// channelCalls and rpcCalls count remote executions by transport.
+	channelCalls, rpcCalls atomic.Int64
+}
+
 // prepared is the host's side of a prepared candidate. It remembers what
 // it was prepared from, so when the plugin restarts (and loses its state)
 // the candidate is prepared again transparently.
 type prepared struct {
+	env     *execEnv
 	entry   Entry
 	req     sdk.Request
-	hw      sdk.Hardware
 	weights map[string]device.Handle
-	dev     device.Device
-
-	// known and ioSizes feed launch-plan validation: the module hashes the
-	// host has, and the input and output binding sizes of the request.
-	known   launcher
+	// ioSizes feeds launch-plan validation: the input and output binding
+	// sizes of the request.
 	ioSizes map[string]int64
-	// health counts the candidate's failures toward quarantine.
-	health *quarantine
 
 	mu        sync.Mutex
 	id        string
 	workspace *bufferSet
 	launch    *sdk.LaunchPlan
+	// channel is the doorbell to the plugin process holding id; noChannel
+	// records that the plugin cannot serve one.
+	channel   *remoteChannel
+	noChannel bool
 }
 
-func prepare(ctx context.Context, dev device.Device, e Entry, req sdk.Request, hw sdk.Hardware, weights map[string]device.Handle, l launcher, health *quarantine) (*prepared, error) {
+func prepare(ctx context.Context, env *execEnv, e Entry, req sdk.Request, weights map[string]device.Handle) (*prepared, error) {
 	c, err := family.Lookup(req.Family)
 	if err != nil {
 		return nil, err
 	}
-	p := &prepared{entry: e, req: req, hw: hw, weights: weights, dev: dev, known: l, ioSizes: mergeSizes(c.InputSizes(req), c.OutputSizes(req)), health: health}
+	p := &prepared{env: env, entry: e, req: req, weights: weights, ioSizes: mergeSizes(c.InputSizes(req), c.OutputSizes(req))}
 	for attempt := 0; ; attempt++ {
 		err := p.reprepare(ctx)
 		if err == nil {
@@ -64,10 +80,10 @@ func prepare(ctx context.Context, dev device.Device, e Entry, req sdk.Request, h
 
 // reprepare (re)creates the plugin-side state and the workspace.
 func (p *prepared) reprepare(ctx context.Context) error {
-	req := sdk.PrepareRequest{Candidate: p.entry.Info.Name, Request: p.req, Hardware: p.hw, Weights: p.weights}
+	req := sdk.PrepareRequest{Candidate: p.entry.Info.Name, Request: p.req, Hardware: p.env.hw, Weights: p.weights}
 	var known func(string) bool
-	if p.known != nil {
-		req.KnownModules, known = p.known.knownModules(), p.known.known
+	if l := p.env.launcher; l != nil {
+		req.KnownModules, known = l.knownModules(), l.known
 	}
 	info, err := p.entry.Client.Prepare(ctx, req)
 	if err != nil {
@@ -78,7 +94,7 @@ func (p *prepared) reprepare(ctx context.Context) error {
 		return errdefs.Internal("candidate %s asked for a workspace of %d bytes (limit %d)", p.entry.Info.Name, info.WorkspaceBytes, int64(maxWorkspaceBytes))
 	}
 	if info.Launch != nil {
-		if err := sdk.ValidateLaunchPlan(info.Launch, known, p.bindingSizes(info.WorkspaceBytes), p.hw.Limits); err != nil {
+		if err := sdk.ValidateLaunchPlan(info.Launch, known, p.bindingSizes(info.WorkspaceBytes), p.env.hw.Limits); err != nil {
 			_ = p.entry.Client.Release(ctx, info.ID, nil)
 			return fmt.Errorf("candidate %s dropped: %w", p.entry.Info.Name, err)
 		}
@@ -90,7 +106,7 @@ func (p *prepared) reprepare(ctx context.Context) error {
 		if p.workspace != nil {
 			p.workspace.free()
 		}
-		ws, err := allocate(p.dev, map[string]int64{sdk.BufferWorkspace: info.WorkspaceBytes})
+		ws, err := allocate(p.env.dev, map[string]int64{sdk.BufferWorkspace: info.WorkspaceBytes})
 		if err != nil {
 			return err
 		}
@@ -183,13 +199,75 @@ func lostState(err error) bool {
 	return errors.Is(err, ErrStale) || errors.Is(err, sdk.ErrUnavailable) || errors.Is(err, errdefs.ErrNotFound)
 }
 
-func (p *prepared) execute(ctx context.Context, io map[string]device.Handle) (us float64, err error) {
+// execute runs the candidate on io after the work enqueued on stream (the
+// device's stream when nil): over the doorbell channel when the plugin
+// serves one, else by RPC after waiting for the stream.
+func (p *prepared) execute(ctx context.Context, stream device.Stream, io map[string]device.Handle) (us float64, err error) {
 	err = p.retry(ctx, func(id string, bound map[string]device.Handle) (err error) {
+		if ch := p.openChannel(ctx); ch != nil {
+			us, err = ch.execute(ctx, stream, rawPreparedID(id), bound)
+			if !errors.Is(err, errChannelDown) {
+				p.env.channelCalls.Add(1)
+				return err
+			}
+			p.dropChannel(ch)
+		}
+		if err := syncStream(p.env.dev, stream); err != nil {
+			return err
+		}
+		p.env.rpcCalls.Add(1)
 		us, err = p.entry.Client.Execute(ctx, sdk.ExecuteRequest{PreparedID: id, Buffers: bound})
 		return err
 	}, io)
 	p.record(ctx, err)
 	return us, err
+}
+
+// openChannel returns a doorbell channel to the live plugin process,
+// opening one when there is none for it yet.
+func (p *prepared) openChannel(ctx context.Context) *remoteChannel {
+	if p.env.channels == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.noChannel {
+		return nil
+	}
+	if p.channel != nil && p.channel.gen == p.entry.Plugin.Generation() {
+		return p.channel
+	}
+	if p.channel != nil {
+		p.channel.close()
+		p.channel = nil
+	}
+	ch, err := p.env.channels.openChannel(ctx, p.entry)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrUnsupported) {
+			p.noChannel = true // an older plugin: the RPC path serves
+		}
+		p.env.channels.logger.Debug("no doorbell channel; using RPC", "candidate", p.entry.Info.Name, "error", err)
+		return nil
+	}
+	p.channel = ch
+	return ch
+}
+
+func (p *prepared) dropChannel(ch *remoteChannel) {
+	p.mu.Lock()
+	if p.channel == ch {
+		p.channel = nil
+	}
+	p.mu.Unlock()
+	ch.close()
+}
+
+// syncStream waits for the work on stream (or, when nil, the device).
+func syncStream(dev device.Device, stream device.Stream) error {
+	if stream != nil {
+		return stream.Synchronize()
+	}
+	return dev.Synchronize()
 }
 
 func (p *prepared) benchmark(ctx context.Context, io map[string]device.Handle, warmup, iterations int) (res sdk.BenchmarkResult, err error) {
@@ -206,18 +284,21 @@ func (p *prepared) benchmark(ctx context.Context, io map[string]device.Handle, w
 func (p *prepared) record(ctx context.Context, err error) {
 	switch {
 	case err == nil:
-		p.health.succeeded(p.entry.Info.Name)
+		p.env.health.succeeded(p.entry.Info.Name)
 	case ctx.Err() != nil, errors.Is(err, errdefs.ErrInvalidRequest) && !errors.Is(err, sdk.ErrBadLaunchPlan):
 	default:
-		p.health.failed(p.entry.Info.Name, p.entry.Info.Fallback, err)
+		p.env.health.failed(p.entry.Info.Name, p.entry.Info.Fallback, err)
 	}
 }
 
 func (p *prepared) release(ctx context.Context) error {
 	p.mu.Lock()
-	id, ws := p.id, p.workspace
-	p.workspace = nil
+	id, ws, ch := p.id, p.workspace, p.channel
+	p.workspace, p.channel = nil, nil
 	p.mu.Unlock()
+	if ch != nil {
+		ch.close()
+	}
 	err := p.entry.Client.Release(ctx, id, nil)
 	if ws != nil {
 		err = errors.Join(err, ws.free())

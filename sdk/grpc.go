@@ -110,6 +110,14 @@ func (c *GRPCClient) Release(ctx context.Context, id string, forget []device.Han
 	return fromStatus(err)
 }
 
+// OpenChannel implements Plugin.
+func (c *GRPCClient) OpenChannel(ctx context.Context, req ChannelRequest) error {
+	_, err := c.client.OpenChannel(ctx, &pb.OpenChannelRequest{
+		Page: handleToProto(req.Page), ReadyEvent: req.ReadyEvent, DoneEvent: req.DoneEvent, EventOwner: int64(req.EventOwner),
+	})
+	return fromStatus(err)
+}
+
 // GRPCServer serves a Plugin to the host.
 type GRPCServer struct {
 	pb.UnimplementedPluginServer
@@ -198,4 +206,15 @@ func (s *GRPCServer) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.R
 		return nil, toStatus(err)
 	}
 	return &pb.ReleaseResponse{}, nil
+}
+
+// OpenChannel implements pb.PluginServer.
+func (s *GRPCServer) OpenChannel(ctx context.Context, req *pb.OpenChannelRequest) (*pb.OpenChannelResponse, error) {
+	err := s.Impl.OpenChannel(ctx, ChannelRequest{
+		Page: handleFromProto(req.Page), ReadyEvent: req.ReadyEvent, DoneEvent: req.DoneEvent, EventOwner: int(req.EventOwner),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.OpenChannelResponse{}, nil
 }

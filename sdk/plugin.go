@@ -67,6 +67,19 @@ type Plugin interface {
 	// Release drops a prepared candidate (when id is not empty) and the
 	// mappings of the listed allocations.
 	Release(ctx context.Context, id string, forget []device.Handle) error
+	// OpenChannel starts serving executes over a shared-memory doorbell.
+	OpenChannel(ctx context.Context, req ChannelRequest) error
+}
+
+// ChannelRequest opens the fast remote path: Page is host shared memory
+// (a CPU handle of doorbell.PageBytes); on a GPU, ReadyEvent and DoneEvent
+// are interprocess event handles that order the plugin's stream against the
+// host's without either side synchronising.
+type ChannelRequest struct {
+	Page       device.Handle
+	ReadyEvent []byte
+	DoneEvent  []byte
+	EventOwner int
 }
 
 // Hardware is the profile a plugin decides admission against.

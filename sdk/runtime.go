@@ -40,6 +40,8 @@ type Runtime struct {
 	// nonce makes prepared ids unique across processes: an id from a
 	// process that died never names state in its successor.
 	nonce string
+	// closing ends the doorbell channels.
+	closing atomic.Bool
 }
 
 type preparedEntry struct {
@@ -294,6 +296,7 @@ func (r *Runtime) Release(_ context.Context, id string, forget []device.Handle) 
 
 // Close releases every prepared candidate and closes the devices.
 func (r *Runtime) Close() error {
+	r.closing.Store(true)
 	r.mu.Lock()
 	entries := r.prepared
 	r.prepared = map[string]*preparedEntry{}

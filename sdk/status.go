@@ -25,12 +25,9 @@ const (
 // error classes: the same call may succeed after a restart.
 var ErrUnavailable = errors.New("plugin unavailable")
 
-// toStatus turns an error into a gRPC status that carries its class and,
-// for field errors, the field and value.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
+// errorDetail describes an error's class and, for field errors, the field
+// and value, as they travel: in a gRPC status or a doorbell answer.
+func errorDetail(err error) (*pb.ErrorDetail, codes.Code) {
 	detail := &pb.ErrorDetail{Reason: err.Error()}
 	code := codes.Internal
 	switch errdefs.Class(err) {
@@ -47,6 +44,33 @@ func toStatus(err error) error {
 	default:
 		detail.Class = classInternal
 	}
+	return detail, code
+}
+
+// errorFromDetail restores what errorDetail sent.
+func errorFromDetail(detail *pb.ErrorDetail, message string) error {
+	switch detail.Class {
+	case classInvalid:
+		if detail.Field != "" {
+			return &errdefs.FieldError{Field: detail.Field, Value: detail.Value, Reason: detail.Reason}
+		}
+		return fmt.Errorf("%w: %s", errdefs.ErrInvalidRequest, message)
+	case classUnsupported:
+		return &remoteError{class: errdefs.ErrUnsupported, msg: message}
+	case classNotFound:
+		return &remoteError{class: errdefs.ErrNotFound, msg: message}
+	default:
+		return &remoteError{class: errdefs.ErrInternal, msg: message}
+	}
+}
+
+// toStatus turns an error into a gRPC status that carries its class and,
+// for field errors, the field and value.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	detail, code := errorDetail(err)
 	if errors.Is(err, context.DeadlineExceeded) {
 		code = codes.DeadlineExceeded
 	}
@@ -69,22 +93,8 @@ func fromStatus(err error) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	for _, d := range st.Details() {
-		detail, ok := d.(*pb.ErrorDetail)
-		if !ok {
-			continue
-		}
-		switch detail.Class {
-		case classInvalid:
-			if detail.Field != "" {
-				return &errdefs.FieldError{Field: detail.Field, Value: detail.Value, Reason: detail.Reason}
-			}
-			return fmt.Errorf("%w: %s", errdefs.ErrInvalidRequest, st.Message())
-		case classUnsupported:
-			return &remoteError{class: errdefs.ErrUnsupported, msg: st.Message()}
-		case classNotFound:
-			return &remoteError{class: errdefs.ErrNotFound, msg: st.Message()}
-		default:
-			return &remoteError{class: errdefs.ErrInternal, msg: st.Message()}
+		if detail, ok := d.(*pb.ErrorDetail); ok {
+			return errorFromDetail(detail, st.Message())
 		}
 	}
 	switch st.Code() {

@@ -1568,6 +1568,176 @@ func (x *ErrorDetail) GetReason() string {
 	return ""
 }
 
+type OpenChannelRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page is host shared memory (a cpu handle) holding the doorbell.
+	Page *Handle `protobuf:"bytes,1,opt,name=page,proto3" json:"page,omitempty"`
+	// ready and done are CUDA interprocess events (empty on the CPU device):
+	// before each execute the plugin's stream waits on ready, which the host
+	// records on its stream; after it the plugin records done, which the
+	// host's stream waits on. Nobody synchronises.
+	ReadyEvent    []byte `protobuf:"bytes,2,opt,name=ready_event,json=readyEvent,proto3" json:"ready_event,omitempty"`
+	DoneEvent     []byte `protobuf:"bytes,3,opt,name=done_event,json=doneEvent,proto3" json:"done_event,omitempty"`
+	EventOwner    int64  `protobuf:"varint,4,opt,name=event_owner,json=eventOwner,proto3" json:"event_owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenChannelRequest) Reset() {
+	*x = OpenChannelRequest{}
+	mi := &file_kcand_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenChannelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenChannelRequest) ProtoMessage() {}
+
+func (x *OpenChannelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_kcand_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenChannelRequest.ProtoReflect.Descriptor instead.
+func (*OpenChannelRequest) Descriptor() ([]byte, []int) {
+	return file_kcand_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *OpenChannelRequest) GetPage() *Handle {
+	if x != nil {
+		return x.Page
+	}
+	return nil
+}
+
+func (x *OpenChannelRequest) GetReadyEvent() []byte {
+	if x != nil {
+		return x.ReadyEvent
+	}
+	return nil
+}
+
+func (x *OpenChannelRequest) GetDoneEvent() []byte {
+	if x != nil {
+		return x.DoneEvent
+	}
+	return nil
+}
+
+func (x *OpenChannelRequest) GetEventOwner() int64 {
+	if x != nil {
+		return x.EventOwner
+	}
+	return 0
+}
+
+type OpenChannelResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenChannelResponse) Reset() {
+	*x = OpenChannelResponse{}
+	mi := &file_kcand_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenChannelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenChannelResponse) ProtoMessage() {}
+
+func (x *OpenChannelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kcand_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenChannelResponse.ProtoReflect.Descriptor instead.
+func (*OpenChannelResponse) Descriptor() ([]byte, []int) {
+	return file_kcand_proto_rawDescGZIP(), []int{24}
+}
+
+type ChannelResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	DeviceUs float64                `protobuf:"fixed64,1,opt,name=device_us,json=deviceUs,proto3" json:"device_us,omitempty"`
+	// error is set when the execute failed.
+	Error         *ErrorDetail `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Message       string       `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChannelResponse) Reset() {
+	*x = ChannelResponse{}
+	mi := &file_kcand_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChannelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChannelResponse) ProtoMessage() {}
+
+func (x *ChannelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_kcand_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChannelResponse.ProtoReflect.Descriptor instead.
+func (*ChannelResponse) Descriptor() ([]byte, []int) {
+	return file_kcand_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ChannelResponse) GetDeviceUs() float64 {
+	if x != nil {
+		return x.DeviceUs
+	}
+	return 0
+}
+
+func (x *ChannelResponse) GetError() *ErrorDetail {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ChannelResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_kcand_proto protoreflect.FileDescriptor
 
 const file_kcand_proto_rawDesc = "" +
@@ -1712,14 +1882,28 @@ const file_kcand_proto_rawDesc = "" +
 	"\x05class\x18\x01 \x01(\tR\x05class\x12\x14\n" +
 	"\x05field\x18\x02 \x01(\tR\x05field\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\tR\x05value\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason2\x8b\x03\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x9b\x01\n" +
+	"\x12OpenChannelRequest\x12$\n" +
+	"\x04page\x18\x01 \x01(\v2\x10.kcand.v1.HandleR\x04page\x12\x1f\n" +
+	"\vready_event\x18\x02 \x01(\fR\n" +
+	"readyEvent\x12\x1d\n" +
+	"\n" +
+	"done_event\x18\x03 \x01(\fR\tdoneEvent\x12\x1f\n" +
+	"\vevent_owner\x18\x04 \x01(\x03R\n" +
+	"eventOwner\"\x15\n" +
+	"\x13OpenChannelResponse\"u\n" +
+	"\x0fChannelResponse\x12\x1b\n" +
+	"\tdevice_us\x18\x01 \x01(\x01R\bdeviceUs\x12+\n" +
+	"\x05error\x18\x02 \x01(\v2\x15.kcand.v1.ErrorDetailR\x05error\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage2\xd7\x03\n" +
 	"\x06Plugin\x12A\n" +
 	"\bDescribe\x12\x19.kcand.v1.DescribeRequest\x1a\x1a.kcand.v1.DescribeResponse\x128\n" +
 	"\x05Admit\x12\x16.kcand.v1.AdmitRequest\x1a\x17.kcand.v1.AdmitResponse\x12>\n" +
 	"\aPrepare\x12\x18.kcand.v1.PrepareRequest\x1a\x19.kcand.v1.PrepareResponse\x12>\n" +
 	"\aExecute\x12\x18.kcand.v1.ExecuteRequest\x1a\x19.kcand.v1.ExecuteResponse\x12D\n" +
 	"\tBenchmark\x12\x1a.kcand.v1.BenchmarkRequest\x1a\x1b.kcand.v1.BenchmarkResponse\x12>\n" +
-	"\aRelease\x12\x18.kcand.v1.ReleaseRequest\x1a\x19.kcand.v1.ReleaseResponseB(Z&github.com/kcand/kcand/sdk/proto;protob\x06proto3"
+	"\aRelease\x12\x18.kcand.v1.ReleaseRequest\x1a\x19.kcand.v1.ReleaseResponse\x12J\n" +
+	"\vOpenChannel\x12\x1c.kcand.v1.OpenChannelRequest\x1a\x1d.kcand.v1.OpenChannelResponseB(Z&github.com/kcand/kcand/sdk/proto;protob\x06proto3"
 
 var (
 	file_kcand_proto_rawDescOnce sync.Once
@@ -1733,34 +1917,37 @@ func file_kcand_proto_rawDescGZIP() []byte {
 	return file_kcand_proto_rawDescData
 }
 
-var file_kcand_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_kcand_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_kcand_proto_goTypes = []any{
-	(*Format)(nil),            // 0: kcand.v1.Format
-	(*Request)(nil),           // 1: kcand.v1.Request
-	(*Hardware)(nil),          // 2: kcand.v1.Hardware
-	(*Handle)(nil),            // 3: kcand.v1.Handle
-	(*Candidate)(nil),         // 4: kcand.v1.Candidate
-	(*DescribeRequest)(nil),   // 5: kcand.v1.DescribeRequest
-	(*DescribeResponse)(nil),  // 6: kcand.v1.DescribeResponse
-	(*AdmitRequest)(nil),      // 7: kcand.v1.AdmitRequest
-	(*Admission)(nil),         // 8: kcand.v1.Admission
-	(*AdmitResponse)(nil),     // 9: kcand.v1.AdmitResponse
-	(*PrepareRequest)(nil),    // 10: kcand.v1.PrepareRequest
-	(*PrepareResponse)(nil),   // 11: kcand.v1.PrepareResponse
-	(*Module)(nil),            // 12: kcand.v1.Module
-	(*Param)(nil),             // 13: kcand.v1.Param
-	(*Launch)(nil),            // 14: kcand.v1.Launch
-	(*LaunchPlan)(nil),        // 15: kcand.v1.LaunchPlan
-	(*ExecuteRequest)(nil),    // 16: kcand.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),   // 17: kcand.v1.ExecuteResponse
-	(*BenchmarkRequest)(nil),  // 18: kcand.v1.BenchmarkRequest
-	(*BenchmarkResponse)(nil), // 19: kcand.v1.BenchmarkResponse
-	(*ReleaseRequest)(nil),    // 20: kcand.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),   // 21: kcand.v1.ReleaseResponse
-	(*ErrorDetail)(nil),       // 22: kcand.v1.ErrorDetail
-	nil,                       // 23: kcand.v1.PrepareRequest.WeightsEntry
-	nil,                       // 24: kcand.v1.ExecuteRequest.BuffersEntry
-	nil,                       // 25: kcand.v1.BenchmarkRequest.BuffersEntry
+	(*Format)(nil),              // 0: kcand.v1.Format
+	(*Request)(nil),             // 1: kcand.v1.Request
+	(*Hardware)(nil),            // 2: kcand.v1.Hardware
+	(*Handle)(nil),              // 3: kcand.v1.Handle
+	(*Candidate)(nil),           // 4: kcand.v1.Candidate
+	(*DescribeRequest)(nil),     // 5: kcand.v1.DescribeRequest
+	(*DescribeResponse)(nil),    // 6: kcand.v1.DescribeResponse
+	(*AdmitRequest)(nil),        // 7: kcand.v1.AdmitRequest
+	(*Admission)(nil),           // 8: kcand.v1.Admission
+	(*AdmitResponse)(nil),       // 9: kcand.v1.AdmitResponse
+	(*PrepareRequest)(nil),      // 10: kcand.v1.PrepareRequest
+	(*PrepareResponse)(nil),     // 11: kcand.v1.PrepareResponse
+	(*Module)(nil),              // 12: kcand.v1.Module
+	(*Param)(nil),               // 13: kcand.v1.Param
+	(*Launch)(nil),              // 14: kcand.v1.Launch
+	(*LaunchPlan)(nil),          // 15: kcand.v1.LaunchPlan
+	(*ExecuteRequest)(nil),      // 16: kcand.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),     // 17: kcand.v1.ExecuteResponse
+	(*BenchmarkRequest)(nil),    // 18: kcand.v1.BenchmarkRequest
+	(*BenchmarkResponse)(nil),   // 19: kcand.v1.BenchmarkResponse
+	(*ReleaseRequest)(nil),      // 20: kcand.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),     // 21: kcand.v1.ReleaseResponse
+	(*ErrorDetail)(nil),         // 22: kcand.v1.ErrorDetail
+	(*OpenChannelRequest)(nil),  // 23: kcand.v1.OpenChannelRequest
+	(*OpenChannelResponse)(nil), // 24: kcand.v1.OpenChannelResponse
+	(*ChannelResponse)(nil),     // 25: kcand.v1.ChannelResponse
+	nil,                         // 26: kcand.v1.PrepareRequest.WeightsEntry
+	nil,                         // 27: kcand.v1.ExecuteRequest.BuffersEntry
+	nil,                         // 28: kcand.v1.BenchmarkRequest.BuffersEntry
 }
 var file_kcand_proto_depIdxs = []int32{
 	0,  // 0: kcand.v1.Request.weight:type_name -> kcand.v1.Format
@@ -1770,34 +1957,38 @@ var file_kcand_proto_depIdxs = []int32{
 	8,  // 4: kcand.v1.AdmitResponse.admissions:type_name -> kcand.v1.Admission
 	1,  // 5: kcand.v1.PrepareRequest.request:type_name -> kcand.v1.Request
 	2,  // 6: kcand.v1.PrepareRequest.hardware:type_name -> kcand.v1.Hardware
-	23, // 7: kcand.v1.PrepareRequest.weights:type_name -> kcand.v1.PrepareRequest.WeightsEntry
+	26, // 7: kcand.v1.PrepareRequest.weights:type_name -> kcand.v1.PrepareRequest.WeightsEntry
 	15, // 8: kcand.v1.PrepareResponse.launch:type_name -> kcand.v1.LaunchPlan
 	13, // 9: kcand.v1.Launch.params:type_name -> kcand.v1.Param
 	12, // 10: kcand.v1.LaunchPlan.modules:type_name -> kcand.v1.Module
 	14, // 11: kcand.v1.LaunchPlan.launches:type_name -> kcand.v1.Launch
-	24, // 12: kcand.v1.ExecuteRequest.buffers:type_name -> kcand.v1.ExecuteRequest.BuffersEntry
-	25, // 13: kcand.v1.BenchmarkRequest.buffers:type_name -> kcand.v1.BenchmarkRequest.BuffersEntry
+	27, // 12: kcand.v1.ExecuteRequest.buffers:type_name -> kcand.v1.ExecuteRequest.BuffersEntry
+	28, // 13: kcand.v1.BenchmarkRequest.buffers:type_name -> kcand.v1.BenchmarkRequest.BuffersEntry
 	3,  // 14: kcand.v1.ReleaseRequest.forget:type_name -> kcand.v1.Handle
-	3,  // 15: kcand.v1.PrepareRequest.WeightsEntry.value:type_name -> kcand.v1.Handle
-	3,  // 16: kcand.v1.ExecuteRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
-	3,  // 17: kcand.v1.BenchmarkRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
-	5,  // 18: kcand.v1.Plugin.Describe:input_type -> kcand.v1.DescribeRequest
-	7,  // 19: kcand.v1.Plugin.Admit:input_type -> kcand.v1.AdmitRequest
-	10, // 20: kcand.v1.Plugin.Prepare:input_type -> kcand.v1.PrepareRequest
-	16, // 21: kcand.v1.Plugin.Execute:input_type -> kcand.v1.ExecuteRequest
-	18, // 22: kcand.v1.Plugin.Benchmark:input_type -> kcand.v1.BenchmarkRequest
-	20, // 23: kcand.v1.Plugin.Release:input_type -> kcand.v1.ReleaseRequest
-	6,  // 24: kcand.v1.Plugin.Describe:output_type -> kcand.v1.DescribeResponse
-	9,  // 25: kcand.v1.Plugin.Admit:output_type -> kcand.v1.AdmitResponse
-	11, // 26: kcand.v1.Plugin.Prepare:output_type -> kcand.v1.PrepareResponse
-	17, // 27: kcand.v1.Plugin.Execute:output_type -> kcand.v1.ExecuteResponse
-	19, // 28: kcand.v1.Plugin.Benchmark:output_type -> kcand.v1.BenchmarkResponse
-	21, // 29: kcand.v1.Plugin.Release:output_type -> kcand.v1.ReleaseResponse
-	24, // [24:30] is the sub-list for method output_type
-	18, // [18:24] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	3,  // 15: kcand.v1.OpenChannelRequest.page:type_name -> kcand.v1.Handle
+	22, // 16: kcand.v1.ChannelResponse.error:type_name -> kcand.v1.ErrorDetail
+	3,  // 17: kcand.v1.PrepareRequest.WeightsEntry.value:type_name -> kcand.v1.Handle
+	3,  // 18: kcand.v1.ExecuteRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
+	3,  // 19: kcand.v1.BenchmarkRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
+	5,  // 20: kcand.v1.Plugin.Describe:input_type -> kcand.v1.DescribeRequest
+	7,  // 21: kcand.v1.Plugin.Admit:input_type -> kcand.v1.AdmitRequest
+	10, // 22: kcand.v1.Plugin.Prepare:input_type -> kcand.v1.PrepareRequest
+	16, // 23: kcand.v1.Plugin.Execute:input_type -> kcand.v1.ExecuteRequest
+	18, // 24: kcand.v1.Plugin.Benchmark:input_type -> kcand.v1.BenchmarkRequest
+	20, // 25: kcand.v1.Plugin.Release:input_type -> kcand.v1.ReleaseRequest
+	23, // 26: kcand.v1.Plugin.OpenChannel:input_type -> kcand.v1.OpenChannelRequest
+	6,  // 27: kcand.v1.Plugin.Describe:output_type -> kcand.v1.DescribeResponse
+	9,  // 28: kcand.v1.Plugin.Admit:output_type -> kcand.v1.AdmitResponse
+	11, // 29: kcand.v1.Plugin.Prepare:output_type -> kcand.v1.PrepareResponse
+	17, // 30: kcand.v1.Plugin.Execute:output_type -> kcand.v1.ExecuteResponse
+	19, // 31: kcand.v1.Plugin.Benchmark:output_type -> kcand.v1.BenchmarkResponse
+	21, // 32: kcand.v1.Plugin.Release:output_type -> kcand.v1.ReleaseResponse
+	24, // 33: kcand.v1.Plugin.OpenChannel:output_type -> kcand.v1.OpenChannelResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_kcand_proto_init() }
@@ -1811,7 +2002,7 @@ func file_kcand_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kcand_proto_rawDesc), len(file_kcand_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

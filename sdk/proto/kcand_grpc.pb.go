@@ -22,12 +22,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Plugin_Describe_FullMethodName  = "/kcand.v1.Plugin/Describe"
-	Plugin_Admit_FullMethodName     = "/kcand.v1.Plugin/Admit"
-	Plugin_Prepare_FullMethodName   = "/kcand.v1.Plugin/Prepare"
-	Plugin_Execute_FullMethodName   = "/kcand.v1.Plugin/Execute"
-	Plugin_Benchmark_FullMethodName = "/kcand.v1.Plugin/Benchmark"
-	Plugin_Release_FullMethodName   = "/kcand.v1.Plugin/Release"
+	Plugin_Describe_FullMethodName    = "/kcand.v1.Plugin/Describe"
+	Plugin_Admit_FullMethodName       = "/kcand.v1.Plugin/Admit"
+	Plugin_Prepare_FullMethodName     = "/kcand.v1.Plugin/Prepare"
+	Plugin_Execute_FullMethodName     = "/kcand.v1.Plugin/Execute"
+	Plugin_Benchmark_FullMethodName   = "/kcand.v1.Plugin/Benchmark"
+	Plugin_Release_FullMethodName     = "/kcand.v1.Plugin/Release"
+	Plugin_OpenChannel_FullMethodName = "/kcand.v1.Plugin/OpenChannel"
 )
 
 // PluginClient is the client API for Plugin service.
@@ -46,6 +47,10 @@ type PluginClient interface {
 	Benchmark(ctx context.Context, in *BenchmarkRequest, opts ...grpc.CallOption) (*BenchmarkResponse, error)
 	// Release drops a prepared candidate and the mappings it holds.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// OpenChannel starts serving executes over a shared-memory doorbell (the
+	// fast remote path); each request on it is an ExecuteRequest and each
+	// answer a ChannelResponse.
+	OpenChannel(ctx context.Context, in *OpenChannelRequest, opts ...grpc.CallOption) (*OpenChannelResponse, error)
 }
 
 type pluginClient struct {
@@ -116,6 +121,16 @@ func (c *pluginClient) Release(ctx context.Context, in *ReleaseRequest, opts ...
 	return out, nil
 }
 
+func (c *pluginClient) OpenChannel(ctx context.Context, in *OpenChannelRequest, opts ...grpc.CallOption) (*OpenChannelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenChannelResponse)
+	err := c.cc.Invoke(ctx, Plugin_OpenChannel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility.
@@ -132,6 +147,10 @@ type PluginServer interface {
 	Benchmark(context.Context, *BenchmarkRequest) (*BenchmarkResponse, error)
 	// Release drops a prepared candidate and the mappings it holds.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// OpenChannel starts serving executes over a shared-memory doorbell (the
+	// fast remote path); each request on it is an ExecuteRequest and each
+	// answer a ChannelResponse.
+	OpenChannel(context.Context, *OpenChannelRequest) (*OpenChannelResponse, error)
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -159,6 +178,9 @@ func (UnimplementedPluginServer) Benchmark(context.Context, *BenchmarkRequest) (
 }
 func (UnimplementedPluginServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedPluginServer) OpenChannel(context.Context, *OpenChannelRequest) (*OpenChannelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenChannel not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 func (UnimplementedPluginServer) testEmbeddedByValue()                {}
@@ -289,6 +311,24 @@ func _Plugin_Release_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_OpenChannel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenChannelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).OpenChannel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Plugin_OpenChannel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).OpenChannel(ctx, req.(*OpenChannelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Plugin_ServiceDesc is the grpc.ServiceDesc for Plugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -319,6 +359,10 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Plugin_Release_Handler,
+		},
+		{
+			MethodName: "OpenChannel",
+			Handler:    _Plugin_OpenChannel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,205 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/kcand/kcand/cuda"
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/device/cpu"
+	"github.com/kcand/kcand/sdk/doorbell"
+	"github.com/kcand/kcand/sdk/errdefs"
+)
+
+// errChannelDown says a doorbell channel cannot carry the call (its plugin
+// process died or restarted, or the channel closed): the caller falls back
+// to the RPC path, which knows how to recover.
+var errChannelDown = fmt.Errorf("%w: doorbell channel down", sdk.ErrUnavailable)
+
+// channelFactory opens doorbell channels to plugins: host shared memory for
+// the doorbell and, on a GPU, a pair of interprocess events that order the
+// plugin's stream against the host's.
+type channelFactory struct {
+	shm    *cpu.Device
+	dev    device.Device
+	logger hclog.Logger
+
+	mu   sync.Mutex
+	open map[*remoteChannel]bool
+}
+
+func newChannelFactory(shm *cpu.Device, dev device.Device, logger hclog.Logger) *channelFactory {
+	return &channelFactory{shm: shm, dev: dev, logger: logger, open: map[*remoteChannel]bool{}}
+}
+
+// remoteChannel is one doorbell to one plugin process.
+type remoteChannel struct {
+	f           *channelFactory
+	plugin      *Plugin
+	gen         uint64
+	page        device.Buffer
+	client      *doorbell.Client
+	ready, done *cuda.Event
+	timeout     time.Duration
+
+	mu  sync.Mutex // one call at a time: record, ring, wait form one step
+	buf []byte
+}
+
+// openChannel asks e's plugin to serve a new channel.
+func (f *channelFactory) openChannel(ctx context.Context, e Entry) (*remoteChannel, error) {
+	page, err := f.shm.Alloc(doorbell.PageBytes)
+	if err != nil {
+		return nil, err
+	}
+	ch := &remoteChannel{f: f, plugin: e.Plugin, page: page, timeout: e.Plugin.m.opts.CallTimeout}
+	fail := func(err error) (*remoteChannel, error) {
+		ch.free()
+		return nil, err
+	}
+	if ch.client, err = doorbell.NewClient(page.(device.HostMemory).Bytes()); err != nil {
+		return fail(err)
+	}
+	handle, err := page.Handle()
+	if err != nil {
+		return fail(err)
+	}
+	req := sdk.ChannelRequest{Page: handle}
+	if cd, ok := f.dev.(*cuda.Device); ok {
+		var rh, dh cuda.EventHandle
+		if ch.ready, rh, err = cd.NewIPCEvent(); err != nil {
+			return fail(err)
+		}
+		if ch.done, dh, err = cd.NewIPCEvent(); err != nil {
+			return fail(err)
+		}
+		req.ReadyEvent, req.DoneEvent, req.EventOwner = rh.Token[:], dh.Token[:], rh.Owner
+	}
+	if ch.gen, err = e.Plugin.openChannel(ctx, req); err != nil {
+		return fail(err)
+	}
+	f.mu.Lock()
+	f.open[ch] = true
+	f.mu.Unlock()
+	return ch, nil
+}
+
+// execute runs a prepared candidate (its plugin-side id) over the channel.
+// On a GPU the plugin's work is ordered after everything enqueued on stream
+// so far, and stream's later work after it; the call returns once the work
+// is enqueued. On the CPU device it returns when the outputs are written.
+func (c *remoteChannel) execute(ctx context.Context, stream device.Stream, rawID string, io map[string]device.Handle) (float64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.plugin.Generation() != c.gen {
+		return 0, errChannelDown
+	}
+	msg, err := sdk.EncodeChannelExecute(c.buf, rawID, io)
+	if err != nil {
+		return 0, err
+	}
+	c.buf = msg
+	var s *cuda.Stream
+	if c.ready != nil {
+		if s, err = c.cudaStream(stream); err != nil {
+			return 0, err
+		}
+		if err := s.Record(c.ready); err != nil {
+			return 0, err
+		}
+	}
+	deadline := time.Now().Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	resp, err := c.client.Call(msg, deadline, func() error {
+		if c.plugin.exited() || c.plugin.Generation() != c.gen {
+			return errChannelDown
+		}
+		return ctx.Err()
+	})
+	if errors.Is(err, doorbell.ErrDeadline) && ctx.Err() == nil {
+		c.plugin.killGeneration(c.gen, fmt.Sprintf("execute did not answer on its channel within %s", c.timeout))
+		return 0, errChannelDown
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, errChannelDown
+	}
+	us, callErr := sdk.DecodeChannelResponse(resp)
+	if s != nil {
+		// The plugin records done even when it failed.
+		if err := s.Wait(c.done); err != nil && callErr == nil {
+			callErr = err
+		}
+	}
+	return us, callErr
+}
+
+func (c *remoteChannel) cudaStream(stream device.Stream) (*cuda.Stream, error) {
+	if stream == nil {
+		return c.f.dev.(*cuda.Device).Stream(), nil
+	}
+	s, ok := stream.(*cuda.Stream)
+	if !ok {
+		return nil, errdefs.Invalid("stream", fmt.Sprintf("%T", stream), "not a CUDA stream")
+	}
+	return s, nil
+}
+
+// close ends the channel: the plugin's server loop stops at the flag.
+func (c *remoteChannel) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.free()
+	c.f.mu.Lock()
+	delete(c.f.open, c)
+	c.f.mu.Unlock()
+}
+
+func (c *remoteChannel) free() {
+	if c.client != nil {
+		c.client.Close()
+		c.client = nil
+	}
+	if c.ready != nil {
+		c.ready.Destroy()
+		c.ready = nil
+	}
+	if c.done != nil {
+		c.done.Destroy()
+		c.done = nil
+	}
+	if c.page != nil {
+		c.f.shm.Free(c.page)
+		c.page = nil
+	}
+}
+
+// close ends every open channel.
+func (f *channelFactory) close() {
+	f.mu.Lock()
+	open := make([]*remoteChannel, 0, len(f.open))
+	for c := range f.open {
+		open = append(open, c)
+	}
+	f.mu.Unlock()
+	for _, c := range open {
+		c.close()
+	}
+}
+
+// rawPreparedID strips the host's generation tag from a prepared id.
+func rawPreparedID(id string) string {
+	_, raw, _ := strings.Cut(id, "/")
+	return raw
+}

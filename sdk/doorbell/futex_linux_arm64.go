@@ -1,0 +1,3 @@
+package doorbell
+
+const sysFutex = 98
