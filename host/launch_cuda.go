@@ -182,3 +182,58 @@ func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error 
 	}
 	return nil
 }
+
+// DirectLaunch launches an exported executable's kernels with arguments
+// bound once, straight through cuda/: what an engine launching the same
+// cubin itself would do. It exists to measure the host's per-call cost.
+type DirectLaunch struct {
+	launches []directLaunch
+}
+
+type directLaunch struct {
+	fn   *cuda.Function
+	cfg  cuda.LaunchConfig
+	args *cuda.Args
+}
+
+// Direct binds io once and returns the raw launches, or an error when the
+// executable does not run exported kernels.
+func (e *Executable) Direct(io map[string]device.Buffer) (*DirectLaunch, error) {
+	e.mu.Lock()
+	plan, ok := e.exported.(*cudaPlan)
+	e.mu.Unlock()
+	if !ok {
+		return nil, errdefs.Unsupported("executable %s runs remotely; it has no kernels to launch directly", e.plan.Candidate)
+	}
+	d := &DirectLaunch{}
+	for _, l := range plan.launches {
+		args := cuda.NewArgs()
+		for _, prm := range l.params {
+			if prm.Buffer == "" {
+				args.Bytes(prm.Scalar, len(prm.Scalar))
+				continue
+			}
+			b, ok := io[prm.Buffer]
+			if !ok {
+				b = plan.fixed[prm.Buffer]
+			}
+			dm, ok := b.(device.DeviceMemory)
+			if !ok {
+				return nil, errdefs.Invalid("io."+prm.Buffer, fmt.Sprintf("%T", b), "not GPU memory")
+			}
+			args.Pointer(cuda.DevicePtr(dm.DevicePointer() + uintptr(prm.Offset)))
+		}
+		d.launches = append(d.launches, directLaunch{fn: l.fn, cfg: l.config, args: args})
+	}
+	return d, nil
+}
+
+// Launch enqueues the kernels on s.
+func (d *DirectLaunch) Launch(s *cuda.Stream) error {
+	for _, l := range d.launches {
+		if err := l.fn.Launch(s, l.cfg, l.args); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,172 @@
+// Package gpukernel helps a plugin serve CUDA C kernels: compile a variant
+// with NVRTC for the device's architecture (cached on disk, so a plugin's
+// second start compiles nothing), load it in the plugin's context for the
+// remote path, and describe its launches as a launch plan the host can run
+// on its own stream.
+package gpukernel
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/kcand/kcand/cuda"
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
+)
+
+// Source is a kernel's CUDA C text and the name of its file.
+type Source struct {
+	Name string
+	Code string
+}
+
+// Variant is one specialisation of a source: its entry point and the
+// preprocessor definitions that shape it.
+type Variant struct {
+	Entry   string
+	Defines map[string]int
+	// ArchSpecific compiles for sm_XYa (Hopper-only instructions).
+	ArchSpecific bool
+}
+
+// key names a variant in the in-process cache.
+func (v Variant) key(src Source) string {
+	names := make([]string, 0, len(v.Defines))
+	for k := range v.Defines {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s|%v", src.Name, v.Entry, v.ArchSpecific)
+	for _, n := range names {
+		fmt.Fprintf(&b, "|%s=%d", n, v.Defines[n])
+	}
+	return b.String()
+}
+
+// Kernel is a compiled, loaded variant.
+type Kernel struct {
+	Module sdk.Module
+	Entry  string
+	fn     *cuda.Function
+	dev    *cuda.Device
+	// CacheHit says NVRTC's disk cache supplied the image.
+	CacheHit bool
+}
+
+// Cache compiles each variant once per process.
+type Cache struct {
+	mu       sync.Mutex
+	compiler *cuda.Compiler
+	kernels  map[string]*Kernel
+}
+
+// NewCache returns an empty cache; the NVRTC compiler opens on first use.
+func NewCache() *Cache { return &Cache{kernels: map[string]*Kernel{}} }
+
+// Get returns the variant compiled for dev, compiling and loading it the
+// first time.
+func (c *Cache) Get(dev *cuda.Device, src Source, v Variant) (*Kernel, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := v.key(src)
+	if k, ok := c.kernels[key]; ok && k.dev == dev {
+		return k, nil
+	}
+	if c.compiler == nil {
+		comp, err := cuda.NewCompiler()
+		if err != nil {
+			return nil, err
+		}
+		c.compiler = comp
+	}
+	opts := []string{"-std=c++17", "-default-device"}
+	names := make([]string, 0, len(v.Defines))
+	for n := range v.Defines {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		opts = append(opts, fmt.Sprintf("-D%s=%d", n, v.Defines[n]))
+	}
+	target := dev.Info().ComputeCapability.Target(v.ArchSpecific)
+	out, err := c.compiler.Compile(cuda.Source{Name: src.Name, Code: src.Code, Options: opts}, target)
+	if err != nil {
+		return nil, err
+	}
+	mod, err := dev.Context().LoadModule(out.Image)
+	if err != nil {
+		return nil, err
+	}
+	fn, err := mod.Function(v.Entry)
+	if err != nil {
+		return nil, err
+	}
+	kind := sdk.ModuleCubin
+	if out.Format == cuda.FormatPTX {
+		kind = sdk.ModulePTX
+	}
+	k := &Kernel{Module: sdk.NewModule(kind, out.Image), Entry: v.Entry, fn: fn, dev: dev, CacheHit: out.CacheHit}
+	c.kernels[key] = k
+	return k, nil
+}
+
+// Launch is one launch of a kernel.
+type Launch struct {
+	Grid, Block [3]uint32
+	SharedBytes uint32
+	Params      []sdk.Param
+}
+
+// Plan is the launch plan of k with one launch.
+func (k *Kernel) Plan(l Launch) sdk.LaunchPlan {
+	return sdk.LaunchPlan{
+		Modules: []sdk.Module{k.Module},
+		Launches: []sdk.Launch{{
+			Module: k.Module.Hash, Function: k.Entry, Grid: l.Grid, Block: l.Block, SharedBytes: l.SharedBytes, Params: l.Params,
+		}},
+	}
+}
+
+// Run launches k on the device's stream with the parameters bound to
+// buffers (the remote path: the plugin executes itself).
+func (k *Kernel) Run(l Launch, buffers map[string]device.Buffer) error {
+	args := cuda.NewArgs()
+	for i, p := range l.Params {
+		if p.Buffer == "" {
+			args.Bytes(p.Scalar, len(p.Scalar))
+			continue
+		}
+		b, ok := buffers[p.Buffer]
+		if !ok {
+			return errdefs.Invalid("buffers."+p.Buffer, "missing", "parameter %d of %s needs it", i, k.Entry)
+		}
+		dm, ok := b.(device.DeviceMemory)
+		if !ok {
+			return errdefs.Invalid("buffers."+p.Buffer, fmt.Sprintf("%T", b), "not GPU memory")
+		}
+		args.Pointer(cuda.DevicePtr(dm.DevicePointer() + uintptr(p.Offset)))
+	}
+	cfg := cuda.LaunchConfig{
+		Grid:              cuda.Dim3{X: int(l.Grid[0]), Y: int(l.Grid[1]), Z: int(l.Grid[2])},
+		Block:             cuda.Dim3{X: int(l.Block[0]), Y: int(l.Block[1]), Z: int(l.Block[2])},
+		SharedMemoryBytes: int(l.SharedBytes),
+	}
+	return k.fn.Launch(k.dev.Stream(), cfg, args)
+}
+
+// Occupancy is how many blocks of k fit on one multiprocessor.
+func (k *Kernel) Occupancy(threads, sharedBytes int) (int, error) {
+	if sharedBytes > 48<<10 {
+		if err := k.fn.SetMaxDynamicSharedMemory(sharedBytes); err != nil {
+			return 0, err
+		}
+	}
+	return k.fn.MaxActiveBlocksPerMultiprocessor(threads, sharedBytes)
+}
+
+// NullPointer is an 8-byte zero parameter: an absent optional buffer.
+var NullPointer = sdk.Param{Scalar: make([]byte, 8)}
