@@ -16,10 +16,11 @@ import (
 // Test plugins are the test binary started under another name; the name
 // says how it misbehaves.
 const (
-	pluginProto2  = "proto2"  // speaks protocol version 2
-	pluginWrong   = "wrong"   // candidate "wrong" gets one element wrong
-	pluginOracle  = "oracle"  // candidate "oracle": the float64 reference, correct
-	pluginBadPlan = "badplan" // candidate "badplan" exports a launch plan naming an unknown buffer
+	pluginProto2   = "proto2"   // speaks protocol version 2
+	pluginWrong    = "wrong"    // candidate "wrong" gets one element wrong
+	pluginOracle   = "oracle"   // candidate "oracle": the float64 reference, correct
+	pluginBadPlan  = "badplan"  // candidate "badplan" exports a launch plan naming an unknown buffer
+	pluginGPUFault = "gpufault" // CUDA candidate "gpufault" whose kernel writes to an illegal address
 )
 
 // serveTestPlugin serves the behaviour named by the binary's file name.
@@ -35,6 +36,8 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, refcandidate.Candidate{Name: "oracle"})
 	case pluginBadPlan:
 		sdk.Serve(opts, refcandidate.Candidate{Name: "badplan", Export: badPlan})
+	case pluginGPUFault:
+		sdk.Serve(opts, gpuFault{})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)

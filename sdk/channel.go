@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -99,7 +100,8 @@ func (r *Runtime) openOrdering(req ChannelRequest) (*channelOrdering, error) {
 }
 
 // serveChannel runs one execute from the doorbell. On a GPU channel the
-// work is ordered between the host's events and nobody waits for it.
+// work is ordered after the host's ready event, so the host need not
+// synchronise its stream before the call.
 func (r *Runtime) serveChannel(b []byte, ord *channelOrdering) (answer []byte) {
 	var resp pb.ChannelResponse
 	us, err := r.channelExecute(b, ord)
@@ -143,13 +145,19 @@ func (r *Runtime) channelExecute(b []byte, ord *channelOrdering) (us float64, er
 	if err := stream.Wait(ord.ready); err != nil {
 		return 0, err
 	}
+	start := time.Now()
 	execErr := e.prepared.Execute(context.Background(), io)
-	// Record done even after a failure, so the host's stream never waits
-	// on an event that will not come.
+	// Record done even after a failure, and wait for it before answering:
+	// a kernel fault then comes back with this call, and the host's stream
+	// only ever waits on an event that has completed, never on one that a
+	// dying process will not record.
 	if err := stream.Record(ord.done); err != nil && execErr == nil {
 		execErr = err
 	}
-	return 0, execErr
+	if err := stream.Synchronize(); err != nil && execErr == nil {
+		execErr = err
+	}
+	return micros(time.Since(start)), r.checkContext(execErr)
 }
 
 // stopped says the runtime is closing, ending its channels.

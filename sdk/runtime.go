@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"sort"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/errdefs"
 	"github.com/kcand/kcand/sdk/family"
@@ -42,6 +44,31 @@ type Runtime struct {
 	nonce string
 	// closing ends the doorbell channels.
 	closing atomic.Bool
+	// onContextLost runs when a CUDA call fails with a sticky error (see
+	// ExitOnContextLoss).
+	onContextLost func(error)
+}
+
+// ExitOnContextLoss makes the process exit shortly after a candidate's
+// kernel faults on the GPU (an illegal address, say): the process's CUDA
+// context is unusable from then on, and only a new process recovers, which
+// the host starts. The failing call still gets its error first. Serve sets it.
+func (r *Runtime) ExitOnContextLoss() {
+	r.onContextLost = func(err error) {
+		r.logger.Error("CUDA context lost; exiting so the host starts a fresh process", "error", err)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			os.Exit(4)
+		}()
+	}
+}
+
+// checkContext reacts to a sticky CUDA error in err.
+func (r *Runtime) checkContext(err error) error {
+	if err != nil && r.onContextLost != nil && cuda.IsContextLost(err) {
+		r.onContextLost(err)
+	}
+	return err
 }
 
 type preparedEntry struct {
@@ -167,7 +194,7 @@ func (r *Runtime) Prepare(ctx context.Context, req PrepareRequest) (info Prepare
 	}
 	p, err := c.Prepare(ctx, Env{Device: dev, Logger: r.logger.Named(req.Candidate)}, req.Request, weights)
 	if err != nil {
-		return PreparedInfo{}, err
+		return PreparedInfo{}, r.checkContext(err)
 	}
 	info = PreparedInfo{WorkspaceBytes: p.WorkspaceBytes()}
 	if exp, ok := p.(Exporter); ok {
@@ -228,10 +255,10 @@ func (r *Runtime) Execute(ctx context.Context, req ExecuteRequest) (us float64, 
 	}
 	start := time.Now()
 	if err := e.prepared.Execute(ctx, io); err != nil {
-		return 0, err
+		return 0, r.checkContext(err)
 	}
 	if err := e.dev.Synchronize(); err != nil {
-		return 0, err
+		return 0, r.checkContext(err)
 	}
 	return micros(time.Since(start)), nil
 }
@@ -268,7 +295,7 @@ func (r *Runtime) Benchmark(ctx context.Context, req BenchmarkRequest) (res Benc
 		}
 		us, err := timer.Time(func() error { return e.prepared.Execute(ctx, io) })
 		if err != nil {
-			return res, err
+			return res, r.checkContext(err)
 		}
 		res.IterationMicros = append(res.IterationMicros, us)
 	}

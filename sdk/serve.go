@@ -37,6 +37,7 @@ func Serve(opts Options, candidates ...Candidate) {
 		os.Exit(1)
 	}
 	defer rt.Close()
+	rt.ExitOnContextLoss()
 	ServePlugin(opts, logger, rt)
 }
 

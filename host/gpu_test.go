@@ -1,0 +1,129 @@
+package host
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kcand/kcand/cuda"
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/family/affine"
+)
+
+// openGPUHost opens a host on the GPU or skips the test saying why.
+func openGPUHost(t *testing.T, cfg *hostConfig) *Host {
+	t.Helper()
+	if _, err := cuda.DeviceCount(); err != nil {
+		t.Skipf("no CUDA driver: %v", err)
+	}
+	policy := cfg.policy
+	h, err := Open(context.Background(), Options{PluginDir: cfg.dir, Device: "cuda", CachePath: cfg.cache, Policy: &policy, QuarantineAfter: 3})
+	if err != nil {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// TestGPUFaultingKernelIsContained runs a plugin whose kernel makes an
+// illegal memory access on the remote path: the host's context and buffers
+// stay valid, the plugin is restarted, the candidate is quarantined, and
+// the request is served correctly by the fallback.
+func TestGPUFaultingKernelIsContained(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", pluginGPUFault)
+	h := openGPUHost(t, cfg)
+	ctx := context.Background()
+	dev := h.Device()
+
+	// A host buffer with known contents, to check after the faults.
+	canary, err := dev.Alloc(1 << 20)
+	require.NoError(t, err)
+	defer dev.Free(canary)
+	require.NoError(t, dev.Fill(canary, 0x5a))
+
+	req := affineRequest(1, 1024, 256, 4, 64)
+	fault, _ := h.Manager().Lookup("gpufault")
+	for i := 0; i < 3; i++ {
+		d, err := h.Measure(ctx, req)
+		require.NoError(t, err, "measurement %d", i)
+		assert.Equal(t, "qmm", d.Choice)
+		assert.Equal(t, VerdictFailed, d.Measurements[1].Verdict, "round %d: %s", i, d.Measurements[1].Reason)
+		t.Logf("round %d: gpufault %s: %s", i, d.Measurements[1].Verdict, d.Measurements[1].Reason)
+		waitFor(t, 20*time.Second, "gpufault restarted", func() bool { return fault.Health().Running })
+	}
+	d, err := h.Measure(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, VerdictRefused, d.Measurements[1].Verdict)
+	assert.Contains(t, d.Measurements[1].Reason, "quarantined")
+	assert.GreaterOrEqual(t, fault.Health().Restarts, 1, "the faulting plugin was restarted")
+	t.Logf("after 3 faults: %s; restarts %d", d.Measurements[1].Reason, fault.Health().Restarts)
+
+	got := make([]byte, canary.Size())
+	require.NoError(t, dev.Read(got, canary, 0))
+	for i, b := range got {
+		if b != 0x5a {
+			t.Fatalf("host buffer byte %d changed to %#x", i, b)
+		}
+	}
+	// The host's context still launches: run the exported fallback.
+	plan, err := h.Plan(ctx, req)
+	require.NoError(t, err)
+	sample := affine.RandomSample(req, 9)
+	w, err := h.RegisterWeights(req, sample.Weights)
+	require.NoError(t, err)
+	defer w.Close()
+	exe, err := plan.Bind(ctx, w)
+	require.NoError(t, err)
+	defer exe.Close()
+	io := ioBuffers(t, h, req, sample)
+	require.NoError(t, exe.Run(ctx, nil, io))
+	require.NoError(t, dev.Synchronize())
+	require.NoError(t, affine.Check(readY(t, h, io), affine.Reference(req, sample.Weights, sample.Inputs[affine.X])))
+	t.Logf("host context intact: exported %s ran correctly (remote: %v)", exe.Plan().Candidate, exe.Remote())
+}
+
+// TestGPUTuningOncePerKeyAndCached is issue 4's CI check on real kernels:
+// 64 goroutines planning 8 decode keys tune each once, and a second host
+// serves all 8 from the cache with no device work.
+func TestGPUTuningOncePerKeyAndCached(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", "gemv")
+	h := openGPUHost(t, cfg)
+	keys := make([]sdk.Request, 8)
+	for i := range keys {
+		keys[i] = affineRequest(1, 4096, 4096+1024*i, 4, 64)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range keys {
+				_, err := h.Plan(context.Background(), keys[(i+g)%len(keys)])
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, 8, h.Stats().Tunings)
+	for _, req := range keys {
+		p, err := h.Plan(context.Background(), req)
+		require.NoError(t, err)
+		require.Equal(t, SourceMeasured, p.Source)
+		for _, m := range p.Decision.Measurements {
+			t.Logf("%s %-5s %8.1f µs ± %5.1f %s", req.Key(), m.Candidate, m.Timing.Mean, m.Timing.Spread, m.Verdict)
+		}
+		t.Logf("%s → %s; tuning cost %.1f ms (target ≤ 100 ms)", req.Key(), p.Candidate, float64(p.Decision.Cost.Microseconds())/1e3)
+	}
+	h.Close()
+	second := openGPUHost(t, cfg)
+	for _, req := range keys {
+		p, err := second.Plan(context.Background(), req)
+		require.NoError(t, err)
+		assert.Equal(t, SourceCached, p.Source)
+	}
+	assert.EqualValues(t, 0, second.Stats().DeviceWork)
+}
