@@ -1,12 +1,15 @@
 // Command gemv is the affine family's decode plugin: a vector kernel for 1 to
 // 8 tokens that reads each weight once and folds the group bias into a
-// per-group sum of the input.
+// per-group sum of the input. On a GPU it runs kernels/gemv.cu, compiled by
+// NVRTC per variant and exported for the host to launch; on the CPU device,
+// a Go version of the same method.
 package main
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/kcand/kcand/internal/affinegpu"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
@@ -30,14 +33,19 @@ func (gemv) Info() sdk.CandidateInfo {
 		Family:    sdk.FamilyAffine,
 		Numeric:   sdk.NumericBounded,
 		Stability: sdk.Stable,
-		Devices:   []device.Kind{device.CPU},
+		Devices:   []device.Kind{device.CPU, device.CUDA},
 	}
 }
 
 // Admit implements sdk.Candidate.
-func (gemv) Admit(req sdk.Request, _ device.Profile) sdk.Admission {
+func (gemv) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 	if err := affine.Validate(req); err != nil {
 		return sdk.Admission{Reason: err.Error()}
+	}
+	if hw.Kind == device.CUDA {
+		if ok, why := affinegpu.Admit(req, hw); !ok {
+			return sdk.Admission{Reason: why}
+		}
 	}
 	if req.Tokens > maxTokens {
 		return sdk.Admission{Reason: fmt.Sprintf("serves 1 to %d tokens, not %d", maxTokens, req.Tokens)}
@@ -47,6 +55,9 @@ func (gemv) Admit(req sdk.Request, _ device.Profile) sdk.Admission {
 
 // Prepare implements sdk.Candidate.
 func (gemv) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	if env.Device.Kind() == device.CUDA {
+		return prepareGPU(env, req, weights)
+	}
 	view, err := affine.NewHostView(req, weights)
 	if err != nil {
 		return nil, err

@@ -1,11 +1,14 @@
 // Command qmm is the affine family's fallback plugin: a matrix kernel that
-// serves any token count. On the CPU device it dequantises each weight row
-// once and multiplies it with every token.
+// serves any token count. On a GPU it runs kernels/qmm.cu (bf16 tensor-core
+// mma with dequantisation in registers), compiled by NVRTC per variant and
+// exported for the host to launch; on the CPU device it dequantises each
+// weight row once and multiplies it with every token.
 package main
 
 import (
 	"context"
 
+	"github.com/kcand/kcand/internal/affinegpu"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
@@ -27,20 +30,29 @@ func (qmm) Info() sdk.CandidateInfo {
 		Fallback:  true,
 		Numeric:   sdk.NumericBounded,
 		Stability: sdk.Stable,
-		Devices:   []device.Kind{device.CPU},
+		Devices:   []device.Kind{device.CPU, device.CUDA},
 	}
 }
 
-// Admit implements sdk.Candidate: QMM serves every valid affine request.
-func (qmm) Admit(req sdk.Request, _ device.Profile) sdk.Admission {
+// Admit implements sdk.Candidate: QMM serves every valid affine request
+// (on a GPU, every one whose output rows are a multiple of 8).
+func (qmm) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 	if err := affine.Validate(req); err != nil {
 		return sdk.Admission{Reason: err.Error()}
+	}
+	if hw.Kind == device.CUDA {
+		if ok, why := affinegpu.Admit(req, hw); !ok {
+			return sdk.Admission{Reason: why}
+		}
 	}
 	return sdk.Admission{Admitted: true, Reason: "serves every affine shape"}
 }
 
 // Prepare implements sdk.Candidate.
 func (qmm) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	if env.Device.Kind() == device.CUDA {
+		return prepareGPU(env, req, weights)
+	}
 	view, err := affine.NewHostView(req, weights)
 	if err != nil {
 		return nil, err

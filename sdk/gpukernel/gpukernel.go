@@ -47,6 +47,26 @@ func (v Variant) key(src Source) string {
 	return b.String()
 }
 
+// Options are the NVRTC options that compile a variant: its definitions,
+// in a stable order so that the disk cache recognises them.
+func Options(v Variant) []string {
+	opts := []string{"-std=c++17", "-default-device"}
+	names := make([]string, 0, len(v.Defines))
+	for n := range v.Defines {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		opts = append(opts, fmt.Sprintf("-D%s=%d", n, v.Defines[n]))
+	}
+	return opts
+}
+
+// String names the variant for logs and tests: entry and definitions.
+func (v Variant) String() string {
+	return strings.Join(append([]string{v.Entry}, Options(v)[2:]...), " ")
+}
+
 // Kernel is a compiled, loaded variant.
 type Kernel struct {
 	Module sdk.Module
@@ -83,17 +103,8 @@ func (c *Cache) Get(dev *cuda.Device, src Source, v Variant) (*Kernel, error) {
 		}
 		c.compiler = comp
 	}
-	opts := []string{"-std=c++17", "-default-device"}
-	names := make([]string, 0, len(v.Defines))
-	for n := range v.Defines {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		opts = append(opts, fmt.Sprintf("-D%s=%d", n, v.Defines[n]))
-	}
 	target := dev.Info().ComputeCapability.Target(v.ArchSpecific)
-	out, err := c.compiler.Compile(cuda.Source{Name: src.Name, Code: src.Code, Options: opts}, target)
+	out, err := c.compiler.Compile(cuda.Source{Name: src.Name, Code: src.Code, Options: Options(v)}, target)
 	if err != nil {
 		return nil, err
 	}

@@ -30,3 +30,45 @@ func Requests(f sdk.Family) []sdk.Request {
 	}
 	return nil
 }
+
+// GPURequests returns the affine shapes the GPU kernels are checked on:
+// real model projections and odd sizes (rows not a power of two, inputs
+// that are a few groups past a round number), every bit width and group
+// size, token counts 1 to 256 around the GEMV limit, with and without
+// bias. Each candidate runs the ones it admits.
+func GPURequests() []sdk.Request {
+	a := func(tokens, in, out, bits, group int, bias bool) sdk.Request {
+		phase := sdk.PhaseDecode
+		if tokens > 8 {
+			phase = sdk.PhasePrefill
+		}
+		return sdk.Request{
+			Family: sdk.FamilyAffine, Phase: phase, Tokens: tokens, InFeatures: in, OutFeatures: out,
+			Weight: sdk.Format{Kind: "affine", Bits: bits, GroupSize: group}, Activation: sdk.BF16, Bias: bias,
+		}
+	}
+	return []sdk.Request{
+		a(1, 4096, 4096, 4, 64, false),
+		a(1, 5120, 13824, 4, 64, false),
+		a(3, 2880, 2880, 4, 32, true),
+		a(7, 1152, 1032, 3, 64, false),
+		a(1, 4096, 14336, 8, 128, false),
+		a(4, 14336, 4096, 2, 64, false),
+		a(2, 2048, 512, 5, 32, true),
+		a(8, 3072, 768, 6, 128, false),
+		a(1, 1024, 4104, 4, 128, false),
+		a(5, 896, 136, 3, 32, false),
+		a(1, 8192, 1024, 6, 64, false),
+		a(6, 1536, 1536, 5, 128, true),
+		a(33, 4096, 4096, 4, 64, false),
+		a(33, 2880, 5760, 8, 32, true),
+		a(16, 5120, 13824, 4, 64, false),
+		a(64, 1152, 1032, 3, 128, false),
+		a(100, 2048, 2048, 2, 32, false),
+		a(256, 4096, 14336, 4, 64, false),
+		a(37, 4096, 1024, 5, 64, true),
+		a(1, 2880, 2880, 6, 32, false),
+		a(7, 2048, 8192, 8, 64, false),
+		a(200, 896, 4864, 6, 64, false),
+	}
+}

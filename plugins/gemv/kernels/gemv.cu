@@ -182,6 +182,7 @@ KC_DEV float kc_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v
 #define KC_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #define KC_SYNC() __syncthreads()
 #define KC_SCHED_FENCE() asm volatile("" ::: "memory")
+#define KC_LAUNDER(v) asm volatile("" : "+r"(v))
 #endif
 
 // f = C0 + C1*q for value e (0..7) of piece p (0..3) of a 32-value unit whose
@@ -358,6 +359,11 @@ affine_gemv(const u16* __restrict__ x, const u32* __restrict__ weight,
                                 float f[ROWS][8];
 #pragma unroll
                                 for (int r = 0; r < ROWS; ++r) {
+                                    // Words first used by this piece become opaque here, so
+                                    // decoding cannot be hoisted into earlier pieces.
+#pragma unroll
+                                    for (int k = 0; k < BITS; ++k)
+                                        if ((32 * k / BITS) / 8 == p) KC_LAUNDER(wv[u][r][unit * BITS + k]);
                                     const u32* wu = &wv[u][r][unit * BITS];
 #pragma unroll
                                     for (int e = 0; e < 8; ++e) f[r][e] = kc_decode(wu, p, e);

@@ -71,13 +71,13 @@ func SampledReference(req spec.Request, sample spec.Sample, y []byte, n int) ([]
 	}
 	var got []byte
 	var want []float64
-	rows := map[int][]float64{}
+	// Consecutive samples often share a row; keep only the last one, so a
+	// check of a huge layer stays within memory.
+	lastRow, w := -1, []float64(nil)
 	for idx := 0; idx < total; idx += stride {
 		t, o := idx/req.OutFeatures, idx%req.OutFeatures
-		w, ok := rows[o]
-		if !ok {
-			w = DequantizeRow(req, sample.Weights, o)
-			rows[o] = w
+		if o != lastRow {
+			w, lastRow = DequantizeRow(req, sample.Weights, o), o
 		}
 		want = append(want, ReferenceElement(req, sample.Weights, sample.Inputs[X], w, t, o))
 		got = append(got, y[2*idx], y[2*idx+1])

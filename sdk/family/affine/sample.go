@@ -44,22 +44,37 @@ func Quantize(req spec.Request, w []float32) map[string][]byte {
 	return map[string][]byte{Weight: packed, Scales: bf16.Encode(scales), Biases: bf16.Encode(biases)}
 }
 
-// RandomSample draws x and dense weights uniformly from [-1, 1) with the
-// given seed and quantises the weights.
+// RandomSample draws a sample with the given seed: x uniform in [-1, 1),
+// and weights drawn directly in quantised form (every level equally
+// likely, scales and biases spread around a typical model's), so that a
+// sample of a large layer costs one pass.
 func RandomSample(req spec.Request, seed uint64) spec.Sample {
 	rng := rand.New(rand.NewPCG(seed, 0x6b63616e64))
 	uniform := func() float32 { return rng.Float32()*2 - 1 }
-	w := make([]float32, req.OutFeatures*req.InFeatures)
-	for i := range w {
-		w[i] = uniform()
+	in, out, g, bits := req.InFeatures, req.OutFeatures, req.Weight.GroupSize, req.Weight.Bits
+	groups := in / g
+	levels := 1 << bits
+	packed := make([]byte, 0, out*RowWords(req)*4)
+	q := make([]uint8, in)
+	scales := make([]float32, out*groups)
+	biases := make([]float32, out*groups)
+	for o := 0; o < out; o++ {
+		for i := range q {
+			q[i] = uint8(rng.IntN(levels))
+		}
+		packed = append(packed, Pack(q, bits)...)
+		for gi := 0; gi < groups; gi++ {
+			scales[o*groups+gi] = (0.5 + rng.Float32()) * 2 / float32(levels)
+			biases[o*groups+gi] = -1 + 0.5*rng.Float32()
+		}
 	}
-	x := make([]float32, req.Tokens*req.InFeatures)
+	x := make([]float32, req.Tokens*in)
 	for i := range x {
 		x[i] = uniform()
 	}
-	weights := Quantize(req, w)
+	weights := map[string][]byte{Weight: packed, Scales: bf16.Encode(scales), Biases: bf16.Encode(biases)}
 	if req.Bias {
-		bias := make([]float32, req.OutFeatures)
+		bias := make([]float32, out)
 		for i := range bias {
 			bias[i] = uniform()
 		}
