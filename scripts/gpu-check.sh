@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # Runs every GPU test and benchmark of kcand on a machine with an NVIDIA GPU,
-# from binaries built elsewhere by scripts/build-gpu.sh (carry bin/). Each
-# stage logs to $OUT (or ./out) and the summary table comes last.
+# from binaries built elsewhere by scripts/build-gpu.sh (carry
+# bin/gpu.tar.xz). Each stage logs to $OUT (or ./out); a summary comes last.
 #
-#   scripts/gpu-check.sh [stage ...]     default: every stage
-#   stages: cuda cudabench kernels plugins tune hotpath faults
+#   scripts/gpu-check.sh [stage ...]      default: every stage but mps
+#   stages: cuda cudabench kernels plugins tune host hotpath mps
+#
+# The mps stage starts an NVIDIA MPS control daemon with a private pipe
+# directory (only processes given that directory use it), measures the
+# remote path under it, and stops it again.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
+[ -f bin/gpu.tar.xz ] && tar -C bin -xJf bin/gpu.tar.xz
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KCAND_CACHE=$OUT/plans.json XDG_CACHE_HOME=$OUT/xdg PYTHONUNBUFFERED=1
+export KCAND_TEST_PLUGIN_DIR=$PWD/bin/gpu/plugins
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(cuda cudabench kernels plugins tune hotpath faults)
+[ ${#stages[@]} -eq 0 ] && stages=(cuda cudabench kernels plugins tune host hotpath)
 summary=()
 
 run() { # name, command...
@@ -21,11 +27,10 @@ run() { # name, command...
   echo "=== $name: $*"
   "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
-  tail -n 40 "$OUT/$name.log"
-  summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS-start))" "$(grep -E '^(ok|FAIL|PASS)|SUMMARY' "$OUT/$name.log" | tail -n 1)")")
+  tail -n 30 "$OUT/$name.log"
+  summary+=("$(printf '%-12s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS-start))" "$(grep -E '^(ok|FAIL|PASS)$|^--- FAIL|SUMMARY:' "$OUT/$name.log" | tail -n 1)")")
 }
 
-[ -f bin/gpu.tar.xz ] && tar -C bin -xJf bin/gpu.tar.xz
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 for s in "${stages[@]}"; do
   case $s in
@@ -34,10 +39,20 @@ for s in "${stages[@]}"; do
     kernels)   run kernels python3 scripts/affine_kernels.py ;;
     plugins)   run plugin-qmm bin/gpu/qmm.test -test.count=1 -test.v
                run plugin-gemv bin/gpu/gemv.test -test.count=1 -test.v ;;
-    tune)      run tune1 bin/gpu/kcand tune --device cuda --all
-               run tune2 bin/gpu/kcand tune --device cuda ;;
-    hotpath)   [ -x bin/gpu/hotpath ] && run hotpath bin/gpu/hotpath ;;
-    faults)    run host bin/gpu/host.test -test.count=1 -test.v -test.run 'GPU' ;;
+    tune)      run tune-first bin/gpu/kcand tune --device cuda --all
+               run tune-cached bin/gpu/kcand tune --device cuda --all ;;
+    host)      run host bin/gpu/host.test -test.count=1 -test.v -test.run 'GPU' ;;
+    hotpath)   run hotpath bin/gpu/hotpath --plugin-dir bin/gpu/plugins --device cuda ;;
+    mps)
+      export CUDA_MPS_PIPE_DIRECTORY=/tmp/kcand-mps CUDA_MPS_LOG_DIRECTORY=/tmp/kcand-mps-log
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      if nvidia-cuda-mps-control -d; then
+        run hotpath-mps bin/gpu/hotpath --plugin-dir bin/gpu/plugins --device cuda
+        echo quit | nvidia-cuda-mps-control
+      else
+        summary+=("mps          could not start the MPS control daemon")
+      fi
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY ;;
     *) echo "unknown stage $s"; exit 2 ;;
   esac
 done
