@@ -136,9 +136,12 @@ func (c *remoteChannel) execute(ctx context.Context, stream device.Stream, rawID
 		return 0, errChannelDown
 	}
 	us, callErr := sdk.DecodeChannelResponse(resp)
-	if s != nil {
-		// The plugin records done even when it failed.
-		if err := s.Wait(c.done); err != nil && callErr == nil {
+	if s != nil && callErr == nil {
+		// The plugin synchronised its stream after recording done, so the
+		// event is complete: the wait orders without blocking. After a
+		// failure there is no wait at all: a plugin whose kernel faulted
+		// has a dead context, and an event it enqueued never completes.
+		if err := s.Wait(c.done); err != nil {
 			callErr = err
 		}
 	}

@@ -15,17 +15,18 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 [ -f bin/gpu.tar.xz ] && tar -C bin -xJf bin/gpu.tar.xz
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export KCAND_CACHE=$OUT/plans.json XDG_CACHE_HOME=$OUT/xdg PYTHONUNBUFFERED=1
+export KCAND_CACHE=/tmp/kcand-plans.json XDG_CACHE_HOME=/tmp/kcand-xdg PYTHONUNBUFFERED=1
 export KCAND_TEST_PLUGIN_DIR=$PWD/bin/gpu/plugins
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(cuda cudabench kernels plugins tune host hotpath)
 summary=()
 
-run() { # name, command...
+STAGE_TIMEOUT=${STAGE_TIMEOUT:-150}
+run() { # name, command...  (each stage is killed after $STAGE_TIMEOUT s)
   local name=$1; shift
   local start=$SECONDS
   echo "=== $name: $*"
-  "$@" >"$OUT/$name.log" 2>&1
+  timeout -k 5 "$STAGE_TIMEOUT" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   tail -n 30 "$OUT/$name.log"
   summary+=("$(printf '%-12s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS-start))" "$(grep -E '^(ok|FAIL|PASS)$|^--- FAIL|SUMMARY:' "$OUT/$name.log" | tail -n 1)")")
@@ -58,4 +59,6 @@ for s in "${stages[@]}"; do
 done
 echo
 echo "SUMMARY"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+# Only a few files come back from the device: pack the logs into one.
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" --exclude logs.tar.gz $(cd "$OUT" && ls *.log 2>/dev/null) && rm -f "$OUT"/*.log

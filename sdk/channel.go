@@ -147,10 +147,9 @@ func (r *Runtime) channelExecute(b []byte, ord *channelOrdering) (us float64, er
 	}
 	start := time.Now()
 	execErr := e.prepared.Execute(context.Background(), io)
-	// Record done even after a failure, and wait for it before answering:
-	// a kernel fault then comes back with this call, and the host's stream
-	// only ever waits on an event that has completed, never on one that a
-	// dying process will not record.
+	// Record done and wait for it before answering: a kernel fault comes
+	// back with this call, and the host (which waits on done only after a
+	// success) never waits on an event a dying context will not complete.
 	if err := stream.Record(ord.done); err != nil && execErr == nil {
 		execErr = err
 	}

@@ -1,0 +1,794 @@
+#!/usr/bin/env python3
+"""Standalone GPU checker and benchmark for the affine family's CUDA kernels.
+
+    plugins/gemv/kernels/gemv.cu   affine_gemv  (decode, tokens 1..8)
+    plugins/qmm/kernels/qmm.cu     affine_qmm   (tensor cores, any token count)
+
+Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
+
+    python3 scripts/affine_kernels.py                 # correctness + benchmark (< ~4 min)
+    python3 scripts/affine_kernels.py --quick         # a few shapes of each
+    python3 scripts/affine_kernels.py --only correctness
+    python3 scripts/affine_kernels.py --only bench
+    python3 scripts/affine_kernels.py --sweep         # also time alternative launch configs
+    python3 scripts/affine_kernels.py --kernel qmm    # one kernel only (gemv|qmm)
+    python3 scripts/affine_kernels.py --resources     # ptxas registers/spills per variant
+
+Kernels are compiled with NVRTC exactly as the Go host does (sm_90 cubin, -D
+macros, no headers), through libnvrtc loaded with ctypes (cupy's own NVRTC
+path is the fallback), cached under ~/.cache/kcand-affine, and launched with
+cupy on torch's current stream. Timing uses CUDA graphs of many launches that
+rotate through several weight copies so the working set exceeds the 60 MB L2.
+
+The functions gemv_config / qmm_config (+ *_launch) below are the variant and
+launch-configuration logic the Go plugins mirror; keep them in sync with the
+comments at the top of each .cu file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as futures
+import ctypes
+import glob
+import hashlib
+import math
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GEMV_CU = ROOT / "plugins" / "gemv" / "kernels" / "gemv.cu"
+QMM_CU = ROOT / "plugins" / "qmm" / "kernels" / "qmm.cu"
+
+SMS = 132                 # H200 streaming multiprocessors (replaced by the device's count)
+KERNELS = ()              # --kernel filter: () = both
+PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
+NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
+
+
+# =============================================================================
+# Variant and launch-configuration logic (the Go side mirrors this).
+# =============================================================================
+
+def _gcd(a: int, b: int) -> int:
+    return math.gcd(a, b)
+
+
+def gemv_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None) -> dict:
+    """Macros for affine_gemv. tokens must be 1..8 (the candidate admits no more)."""
+    assert 1 <= tokens <= 8
+    sms = sms or SMS
+    # Values per lane chunk: the smallest run of whole values that is a whole
+    # number of 16-byte loads, when it divides the row and leaves >= 16 chunks.
+    vmin = {2: 64, 3: 128, 4: 32, 5: 128, 6: 64, 8: 32}[bits]
+    if in_f % vmin == 0 and in_f // vmin >= 16:
+        vals, loadw = vmin, 16
+    else:
+        vals, loadw = 32, _gcd(16, 4 * bits)     # in % 32 == 0 always; 8,4,16,4,8,16
+    chunk = vals * bits // 8
+    rows = 4 if tokens <= 2 else (2 if tokens <= 4 else 1)
+    warps = 8
+    # Small outputs: fewer rows per warp so that every SM gets a block.
+    while rows > 1 and -(-out_f // (warps * rows)) < sms:
+        rows //= 2
+    # Register budget: at most 128 bytes of packed weights per lane and step,
+    # and ROWS*UNROLL*TOKENS <= 8 (measured: no spills at 128 registers).
+    rows = max(1, min(rows, 128 // chunk))
+    unroll = max(1, min(4 if vals == 32 else 2, 128 // (rows * chunk)))
+    while unroll > 1 and rows * unroll * tokens > 8:
+        unroll -= 1
+    nch = in_f // vals
+    unroll = max(1, min(unroll, -(-nch // 32)))
+    sub = min(vals, group)
+    xs_bytes = 4 * tokens * (in_f // vals) * (vals + 4)
+    xsmem = 1 if xs_bytes + 4 * tokens * (in_f // sub) <= 96 * 1024 else 0
+    # Register budget: two resident 256-thread blocks (128 regs) up to 4 tokens.
+    minb = 2 if tokens <= 4 else 1
+    return dict(BITS=bits, GROUP=group, TOKENS=tokens, ROWS=rows, UNROLL=unroll,
+                VALS=vals, LOADW=loadw, XSMEM=xsmem, WARPS=warps, GV_MINB=minb)
+
+
+def gemv_launch(cfg: dict, tokens: int, in_f: int, out_f: int, occ: int = 2, sms: int | None = None):
+    """(grid, block, dynamic shared bytes) for affine_gemv. occ = resident blocks
+    per SM (the driver's occupancy for this variant); warps loop over row sets,
+    so grid.x is capped at the resident capacity sms*occ (any grid.x >= 1 is correct).
+    cfg['_grid'] == 'full' (sweep only) launches one block per WARPS row sets instead."""
+    sms = sms or SMS
+    warps, rows, vals, group, T = cfg["WARPS"], cfg["ROWS"], cfg["VALS"], cfg["GROUP"], cfg["TOKENS"]
+    sub = min(vals, group)
+    smem = 4 * ((T * (in_f // sub) + 3) // 4 * 4)
+    if cfg["XSMEM"]:
+        smem += 4 * T * (in_f // vals) * (vals + 4)
+    blocks = -(-(-(-out_f // rows)) // warps)
+    gx = blocks if cfg.get("_grid") == "full" else min(blocks, sms * max(1, occ))
+    return (gx, -(-tokens // T), 1), (warps * 32, 1, 1), smem
+
+
+# Named QMM tile configurations: BM, BN, BK, WARPS_M, WARPS_N, WARPS_K, STAGES.
+QMM_CONFIGS = {
+    "s16": (16, 64, 256, 1, 1, 4, 4),    # tokens <= 16: memory bound
+    "s32": (32, 64, 256, 1, 2, 4, 3),    # 17..32
+    "s64": (64, 64, 128, 1, 2, 2, 3),    # 33..64
+    "m128": (64, 128, 128, 1, 4, 2, 3),  # 65..192
+    "l": (128, 128, 64, 2, 4, 1, 4),     # > 192
+}
+
+
+# Resident blocks per SM each tile is sized for (shared memory / registers).
+QMM_RESIDENT = {"s16": 2, "s32": 1, "s64": 2, "m128": 1, "l": 1}
+
+
+def qmm_tile_for_tokens(tokens: int) -> str:
+    if tokens <= 16:
+        return "s16"
+    if tokens <= 32:
+        return "s32"
+    if tokens <= 64:
+        return "s64"
+    if tokens <= 192:
+        return "m128"
+    return "l"
+
+
+def qmm_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
+               tile: str | None = None, ksplit: int | None = None) -> dict:
+    """Macros for affine_qmm."""
+    sms = sms or SMS
+    name = tile or qmm_tile_for_tokens(tokens)
+    bm, bn, bk, wm, wn, wk, stages = QMM_CONFIGS[name]
+    wrow = bk * bits // 8
+    g = _gcd(in_f * bits // 8, wrow)
+    wcp = 16 if g % 16 == 0 else (8 if g % 8 == 0 else 4)
+    if ksplit is None:
+        # Split K over a cluster of 2 or 4 blocks while the doubled grid still
+        # fits in one wave of resident blocks, keeping >= 2 k-tiles per block.
+        blocks = -(-out_f // bn) * -(-tokens // bm)
+        nkt = -(-in_f // bk)
+        slots = sms * QMM_RESIDENT[name]
+        ksplit = 1
+        while ksplit < 4 and blocks * ksplit * 2 <= slots and nkt >= 4 * ksplit:
+            ksplit *= 2
+    cfg = dict(BITS=bits, GROUP=group, BM=bm, BN=bn, BK=bk, WARPS_M=wm, WARPS_N=wn,
+               WARPS_K=wk, STAGES=stages, KSPLIT=ksplit, WCP=wcp)
+    # s16 wants two resident blocks per SM: drop to 3 stages if 4 do not fit in half an SM.
+    if name == "s16" and qmm_smem_bytes(cfg) > 113 * 1024:
+        cfg["STAGES"] = 3
+    return cfg
+
+
+def qmm_smem_bytes(cfg: dict) -> int:
+    def r16(v):
+        return (v + 15) // 16 * 16
+    bm, bn, bk, bits, group = cfg["BM"], cfg["BN"], cfg["BK"], cfg["BITS"], cfg["GROUP"]
+    xrowb = 2 * (bk + 8)
+    wrow = bk * bits // 8
+    wsb = wrow if wrow % 16 else wrow + 16 * ((wrow // 16 + 1) % 2)
+    gt = max(1, bk // group)
+    scw = gt // 2 + 1
+    foldk = min(group, bk // cfg["WARPS_K"], 64)
+    nf = bk // foldk
+    stage = r16(bm * xrowb) + r16(bn * wsb + 16) + 2 * r16(4 * bn * scw)
+    pipe = cfg["STAGES"] * stage + 2 * bm * xrowb + 2 * 8 * nf * bn + 2 * 4 * nf * bm
+    red = 4 * cfg["WARPS_K"] * bm * bn if (cfg["WARPS_K"] > 1 or cfg["KSPLIT"] > 1) else 0
+    return max(pipe, red)
+
+
+def qmm_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
+    """(grid, block, dynamic shared bytes) for affine_qmm."""
+    threads = 32 * cfg["WARPS_M"] * cfg["WARPS_N"] * cfg["WARPS_K"]
+    grid = (-(-out_f // cfg["BN"]) * cfg["KSPLIT"], -(-tokens // cfg["BM"]), 1)
+    return grid, (threads, 1, 1), qmm_smem_bytes(cfg)
+
+
+# =============================================================================
+# NVRTC (ctypes), module cache, cupy launch.
+# =============================================================================
+
+class NVRTC:
+    def __init__(self):
+        names = []
+        if os.environ.get("KCAND_LIBNVRTC"):
+            names.append(os.environ["KCAND_LIBNVRTC"])
+        names += ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
+                  "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
+                  "/usr/local/cuda/lib64/libnvrtc.so"]
+        for p in sys.path:
+            names += sorted(glob.glob(os.path.join(p, "nvidia", "*", "lib", "libnvrtc.so*")), reverse=True)
+        self.lib = None
+        for n in names:
+            try:
+                self.lib = ctypes.CDLL(n)
+                self.path = n
+                break
+            except OSError:
+                continue
+        if self.lib is None:
+            raise OSError("libnvrtc not found (set KCAND_LIBNVRTC)")
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        self.version = (major.value, minor.value)
+
+    def compile(self, src: str, name: str, options) -> tuple[bytes, str]:
+        lib = self.lib
+        prog = ctypes.c_void_p()
+        r = lib.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), name.encode(), 0, None, None)
+        if r != 0:
+            raise RuntimeError(f"nvrtcCreateProgram failed: {r}")
+        try:
+            opts = [o.encode() for o in options]
+            arr = (ctypes.c_char_p * len(opts))(*opts)
+            r = lib.nvrtcCompileProgram(prog, len(opts), arr)
+            n = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+            logbuf = ctypes.create_string_buffer(n.value + 1)
+            lib.nvrtcGetProgramLog(prog, logbuf)
+            log = logbuf.value.decode(errors="replace")
+            if r != 0:
+                raise RuntimeError(f"NVRTC failed for {name} {' '.join(options)}:\n{log}")
+            size = ctypes.c_size_t()
+            lib.nvrtcGetCUBINSize(prog, ctypes.byref(size))
+            cubin = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetCUBIN(prog, cubin)
+            return cubin.raw, log
+        finally:
+            lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+_CACHE = Path(os.environ.get("KCAND_AFFINE_CACHE", Path.home() / ".cache" / "kcand-affine"))
+_nvrtc = None
+_modules = {}
+
+
+def _nvrtc_or_none():
+    global _nvrtc
+    if _nvrtc is None:
+        try:
+            _nvrtc = NVRTC()
+        except OSError as e:
+            print(f"# ctypes NVRTC unavailable ({e}); using cupy's compiler", flush=True)
+            _nvrtc = False
+    return _nvrtc or None
+
+
+def variant_key(path: Path, cfg: dict):
+    return (path.name, tuple(sorted(_macros(cfg).items())))
+
+
+def _macros(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if not k.startswith("_")}
+
+
+def _options(cfg: dict):
+    return list(NVRTC_OPTIONS) + [f"-D{k}={v}" for k, v in sorted(_macros(cfg).items())]
+
+
+def compile_variant(path: Path, cfg: dict) -> dict:
+    """Compile one variant to a cached cubin; returns {'cubin': path, 'log': ptxas log}."""
+    src = path.read_text()
+    opts = _options(cfg)
+    nv = _nvrtc_or_none()
+    tag = f"nvrtc{nv.version if nv else 'cupy'}"
+    h = hashlib.sha256((src + "\0" + " ".join(opts) + "\0" + tag).encode()).hexdigest()[:24]
+    _CACHE.mkdir(parents=True, exist_ok=True)
+    cub, logp = _CACHE / f"{h}.cubin", _CACHE / f"{h}.log"
+    if nv is None:
+        return {"source": src, "options": opts, "log": ""}
+    if not cub.exists():
+        cubin, log = nv.compile(src, path.name, opts + ["--ptxas-options=-v"])
+        tmp = cub.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(cubin)
+        tmp.replace(cub)
+        logp.write_text(log)
+    return {"cubin": cub, "log": logp.read_text() if logp.exists() else ""}
+
+
+def ptxas_summary(log: str) -> str:
+    regs = re.findall(r"Used (\d+) registers", log)
+    spill = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    out = []
+    if regs:
+        out.append(f"{regs[-1]} regs")
+    if spill:
+        f, s, l = spill[-1]
+        out.append(f"stack {f} spill {s}/{l}")
+    return ", ".join(out)
+
+
+def compile_all(variants, jobs: int | None = None):
+    """variants: iterable of (path, cfg). Compiles in parallel threads (NVRTC releases the GIL)."""
+    todo = {}
+    for path, cfg in variants:
+        k = variant_key(path, cfg)
+        if k not in _modules and k not in todo:
+            todo[k] = (path, cfg)
+    if not todo:
+        return
+    t0 = time.time()
+    jobs = jobs or min(16, os.cpu_count() or 4)
+    with futures.ThreadPoolExecutor(max_workers=jobs) as ex:
+        futs = {k: ex.submit(compile_variant, p, c) for k, (p, c) in todo.items()}
+        for k, f in futs.items():
+            _modules[k] = {"artifact": f.result(), "kernel": None, "smem": 0, "cfg": todo[k][1], "path": todo[k][0]}
+    print(f"# compiled {len(todo)} variants in {time.time() - t0:.1f}s", flush=True)
+
+
+def get_kernel(path: Path, cfg: dict, smem: int):
+    import cupy
+    k = variant_key(path, cfg)
+    if k not in _modules:
+        compile_all([(path, cfg)])
+    m = _modules[k]
+    if m["kernel"] is None:
+        name = "affine_gemv" if path == GEMV_CU else "affine_qmm"
+        art = m["artifact"]
+        if "cubin" in art:
+            mod = cupy.RawModule(path=str(art["cubin"]))
+        else:
+            opts = tuple(o for o in art["options"] if not o.startswith("-arch"))
+            mod = cupy.RawModule(code=art["source"], options=opts, backend="nvrtc")
+        m["kernel"] = mod.get_function(name)
+    kern = m["kernel"]
+    if smem > m["smem"]:
+        try:
+            kern.max_dynamic_shared_size_bytes = smem
+        except Exception:
+            from cupy.cuda import driver
+            fn = getattr(kern, "kernel", kern)
+            driver.funcSetAttribute(fn.ptr, 8, smem)  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        m["smem"] = smem
+    return kern
+
+
+def occupancy(path: Path, cfg: dict, threads: int, smem: int) -> int:
+    """Resident blocks per SM for a variant (driver occupancy), 2 if unknown."""
+    kern = get_kernel(path, cfg, smem)
+    m = _modules[variant_key(path, cfg)]
+    if "occ" not in m or m.get("occ_smem") != smem:
+        occ = 2
+        try:
+            from cupy.cuda import driver
+            fn = getattr(kern, "kernel", kern)
+            occ = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, smem))
+        except Exception:
+            pass
+        m["occ"], m["occ_smem"] = max(1, occ), smem
+    return m["occ"]
+
+
+def gemv_launch_for(cfg: dict, tokens: int, in_f: int, out_f: int):
+    """gemv_launch with the variant's measured occupancy."""
+    _, block, smem = gemv_launch(cfg, tokens, in_f, out_f)
+    occ = occupancy(GEMV_CU, cfg, block[0], smem)
+    return gemv_launch(cfg, tokens, in_f, out_f, occ=occ)
+
+
+def launch(path: Path, cfg: dict, grid, block, smem, args):
+    import cupy
+    import torch
+    kern = get_kernel(path, cfg, smem)
+    stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    with stream:
+        kern(grid, block, args, shared_mem=smem)
+
+
+# =============================================================================
+# Data: quantised weights, packing, reference.
+# =============================================================================
+
+def pack_rows(q, bits: int):
+    """q: uint8 [out, in] (< 2^bits) -> int32 [out, in*bits/32], MLX bit-stream packing."""
+    import torch
+    out, n = q.shape
+    if bits == 8:
+        return q.contiguous().view(torch.int32)
+    v = q.view(out, n // 8, 8).to(torch.int64)
+    shifts = torch.arange(8, device=q.device, dtype=torch.int64) * bits
+    acc = (v << shifts).sum(-1)                       # 8 values -> 8*bits <= 48 bits
+    bsh = torch.arange(bits, device=q.device, dtype=torch.int64) * 8
+    by = ((acc.unsqueeze(-1) >> bsh) & 0xFF).to(torch.uint8)   # [out, n/8, bits]
+    return by.reshape(out, n * bits // 8).contiguous().view(torch.int32)
+
+
+def pack_row_slow(qrow, bits):
+    """Literal port of affine.Pack (Go) for a self-check."""
+    row = bytearray((len(qrow) * bits + 7) // 8)
+    for i, v in enumerate(qrow):
+        bit = i * bits
+        b, sh = bit >> 3, bit & 7
+        w = (int(v) << sh) & 0xFFFF
+        row[b] |= w & 0xFF
+        if sh + bits > 8:
+            row[b + 1] |= (w >> 8) & 0xFF
+    return bytes(row)
+
+
+def self_check_packing():
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(7)
+    for bits in (2, 3, 4, 5, 6, 8):
+        q = torch.randint(0, 1 << bits, (3, 96), generator=g, dtype=torch.uint8)
+        fast = pack_rows(q.cuda(), bits).cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        slow = b"".join(pack_row_slow(q[r].tolist(), bits) for r in range(3))
+        if fast != slow:
+            raise SystemExit(f"packing self-check failed for bits={bits}")
+
+
+class Weights:
+    """Random quantised weights in the affine layout, plus the dense float64 W."""
+
+    def __init__(self, bits, group, in_f, out_f, bias: bool, seed: int, keep_dense=True):
+        import torch
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        self.bits, self.group, self.in_f, self.out_f = bits, group, in_f, out_f
+        G = in_f // group
+        levels = (1 << bits) - 1
+        self.q = torch.randint(0, 1 << bits, (out_f, in_f), generator=gen, device="cuda", dtype=torch.uint8)
+        self.w = pack_rows(self.q, bits)
+        s = (torch.rand((out_f, G), generator=gen, device="cuda") + 0.5) * (2.0 / levels)
+        b = -s * (levels / 2.0) + (torch.rand((out_f, G), generator=gen, device="cuda") - 0.5) * 0.2
+        self.scales = s.to(torch.bfloat16)
+        self.biases = b.to(torch.bfloat16)
+        self.bias = ((torch.rand(out_f, generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+                     if bias else None)
+        self.dense = None
+        if keep_dense:
+            sd = self.scales.double().repeat_interleave(group, dim=1)
+            bd = self.biases.double().repeat_interleave(group, dim=1)
+            self.dense = sd * self.q.double() + bd      # [out, in] float64
+
+    def nbytes(self):
+        return self.w.numel() * 4 + self.scales.numel() * 2 + self.biases.numel() * 2
+
+    def reference(self, x):
+        r = x.double() @ self.dense.t()
+        if self.bias is not None:
+            r = r + self.bias.double()
+        return r
+
+
+def kernel_args(wt, x, y, tokens, w=None, scales=None, biases=None):
+    import numpy as np
+    w = wt.w if w is None else w
+    scales = wt.scales if scales is None else scales
+    biases = wt.biases if biases is None else biases
+    p = lambda t: np.uint64(t.data_ptr())
+    return (p(x), p(w), p(scales), p(biases),
+            np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
+            p(y), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f))
+
+
+def run_kernel(kind, wt, x, tokens, cfg=None):
+    """Launch once into a poisoned y; returns y (bf16) and the config used."""
+    import torch
+    bits, group, in_f, out_f = wt.bits, wt.group, wt.in_f, wt.out_f
+    if kind == "gemv":
+        cfg = cfg or gemv_config(bits, group, tokens, in_f, out_f)
+        grid, block, smem = gemv_launch_for(cfg, tokens, in_f, out_f)
+        path = GEMV_CU
+    else:
+        cfg = cfg or qmm_config(bits, group, tokens, in_f, out_f)
+        grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
+        path = QMM_CU
+    y = torch.full((tokens, out_f), -1, dtype=torch.int16, device="cuda")   # 0xFFFF: bf16 NaN
+    launch(path, cfg, grid, block, smem, kernel_args(wt, x, y, tokens))
+    return y.view(torch.bfloat16), cfg
+
+
+# =============================================================================
+# Correctness.
+# =============================================================================
+
+# (in, out): odd and model shapes; group sizes must divide in.
+CORRECTNESS_SHAPES = [
+    (4096, 4096), (5120, 13824), (2880, 2880), (1152, 1032), (14336, 4096),
+    (4096, 14336), (2048, 2048), (3072, 8192), (8192, 1024), (2560, 6912),
+    (6912, 2560), (1536, 256), (896, 4864), (4864, 896), (7168, 2048),
+    (2048, 7168), (1056, 520), (96, 8), (160, 64), (2880, 4104),
+    (1024, 3072), (640, 1280), (3584, 512), (288, 200),
+]
+BITS_ALL = (2, 3, 4, 5, 6, 8)
+GROUPS_ALL = (32, 64, 128)
+
+
+def correctness_cases(quick: bool):
+    """(in, out, bits, group, bias): every (bits, group) pair appears; odd shapes included."""
+    cases = []
+    combos = [(b, g) for g in GROUPS_ALL for b in BITS_ALL]
+    ci = 0
+    for si, (in_f, out_f) in enumerate(CORRECTNESS_SHAPES):
+        # find the next (bits, group) combo whose group divides in
+        for _ in range(len(combos)):
+            b, g = combos[ci % len(combos)]
+            ci += 1
+            if in_f % g == 0:
+                break
+        cases.append((in_f, out_f, b, g, si % 2 == 0))
+    seen = {(b, g) for _, _, b, g, _ in cases}
+    for b, g in combos:   # top up any pair the shape list skipped
+        if (b, g) not in seen:
+            cases.append((1024, 1032, b, g, True))
+    if quick:
+        cases = [c for c in cases if c[0] * c[1] <= 8192 * 8192][:8]
+    return cases
+
+
+def check(y, ref):
+    import torch
+    yd = y.double()
+    finite = bool(torch.isfinite(yd).all())
+    diff = (yd - ref).abs()
+    tol = torch.clamp(ref.abs() * 0.01, min=0.125)
+    excess = (diff / tol)
+    if not finite:
+        excess = torch.where(torch.isfinite(yd), excess, torch.full_like(excess, float("inf")))
+    worst = float(excess.max())
+    rel = float(torch.linalg.vector_norm(yd - ref) / max(float(torch.linalg.vector_norm(ref)), 1e-30)) if finite else float("inf")
+    idx = int(excess.argmax())
+    ok = finite and worst <= 1.0 and rel <= 1e-2
+    detail = f"rel {rel:.2e} worst {worst:.2f}xtol"
+    if not ok:
+        t, o = divmod(idx, y.shape[1])
+        detail += f" at [t={t}, o={o}] got {float(yd.view(-1)[idx]):.5g} want {float(ref.view(-1)[idx]):.5g}"
+        if not finite:
+            detail += f" ({int((~torch.isfinite(yd)).sum())} non-finite)"
+    return ok, detail
+
+
+def run_correctness(quick: bool) -> bool:
+    import torch
+    self_check_packing()
+    cases = correctness_cases(quick)
+    tokens_q = (1, 3, 7, 33)
+    tokens_g = (1, 3, 7)
+    variants = []
+    for in_f, out_f, b, g, _ in cases:
+        if not KERNELS or "gemv" in KERNELS:
+            for t in tokens_g:
+                variants.append((GEMV_CU, gemv_config(b, g, t, in_f, out_f)))
+        if not KERNELS or "qmm" in KERNELS:
+            for t in tokens_q:
+                variants.append((QMM_CU, qmm_config(b, g, t, in_f, out_f)))
+    compile_all(variants)
+    n_ok = n_all = 0
+    t0 = time.time()
+    for ci, (in_f, out_f, b, g, bias) in enumerate(cases):
+        wt = Weights(b, g, in_f, out_f, bias, seed=1000 + ci)
+        gen = torch.Generator(device="cuda").manual_seed(ci)
+        for t in tokens_q:
+            x = (torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+            ref = wt.reference(x)
+            kinds = ("gemv", "qmm") if t in tokens_g else ("qmm",)
+            for kind in kinds:
+                if KERNELS and kind not in KERNELS:
+                    continue
+                try:
+                    y, cfg = run_kernel(kind, wt, x, t)
+                    torch.cuda.synchronize()
+                except Exception as e:   # a launch failure poisons the context: report and stop
+                    print(f"FAIL {kind:4s} {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t={t:<2d} bias={int(bias)}  "
+                          f"{type(e).__name__}: {e}", flush=True)
+                    raise
+                ok, detail = check(y, ref)
+                n_all += 1
+                n_ok += ok
+                extra = (f"tile={qmm_tile_for_tokens(t)} ksplit={cfg['KSPLIT']} wcp={cfg['WCP']}" if kind == "qmm"
+                         else f"rows={cfg['ROWS']} unroll={cfg['UNROLL']} vals={cfg['VALS']} loadw={cfg['LOADW']} xsmem={cfg['XSMEM']}")
+                print(f"{'PASS' if ok else 'FAIL'} {kind:4s} {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t={t:<2d} "
+                      f"bias={int(bias)}  {detail}  [{extra}]", flush=True)
+        del wt
+    print(f"correctness: {n_ok}/{n_all} passed ({time.time() - t0:.1f}s)", flush=True)
+    return n_ok == n_all
+
+
+# =============================================================================
+# Benchmark.
+# =============================================================================
+
+BENCH_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (8192, 28672), (28672, 8192)]
+BENCH_TOKENS = (1, 4, 16, 256, 4096)
+L2_BYTES = 60 * 2**20
+
+
+def _copies(nbytes: int) -> int:
+    return max(2, -(-3 * L2_BYTES // max(nbytes, 1)))
+
+
+def time_launches(fns, target_s=0.02, reps=5) -> float:
+    """Median seconds per launch of the callables fns (each one launch), via a CUDA graph
+    that repeats the list enough times to run ~target_s."""
+    import torch
+    for f in fns:           # warm-up (module load, attributes) outside capture
+        f()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for f in fns:
+        f()
+    e.record()
+    torch.cuda.synchronize()
+    est = max(s.elapsed_time(e) * 1e-3 / len(fns), 1e-6)
+    m = max(1, min(int(target_s / (est * len(fns))), max(1, 2000 // len(fns))))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(m):
+            for f in fns:
+                f()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        s.record()
+        g.replay()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) * 1e-3 / (m * len(fns)))
+    del g
+    times.sort()
+    return times[len(times) // 2]
+
+
+def bench_kernel(kind, wt, copies, x, tokens, cfg):
+    import torch
+    in_f, out_f = wt.in_f, wt.out_f
+    if kind == "gemv":
+        grid, block, smem = gemv_launch_for(cfg, tokens, in_f, out_f)
+        path = GEMV_CU
+    else:
+        grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
+        path = QMM_CU
+    y = torch.empty((tokens, out_f), dtype=torch.bfloat16, device="cuda")
+    get_kernel(path, cfg, smem)
+    fns = []
+    for (w, s, b) in copies:
+        args = kernel_args(wt, x, y, tokens, w, s, b)
+        fns.append(lambda a=args: launch(path, cfg, grid, block, smem, a))
+    return time_launches(fns)
+
+
+def run_bench(quick: bool, sweep: bool):
+    import torch
+    shapes = BENCH_SHAPES if not quick else [(4096, 14336), (8192, 28672)]
+    tokens_list = BENCH_TOKENS if not quick else (1, 16, 256)
+    bits, group = 4, 64
+    # compile everything first
+    variants = []
+    for in_f, out_f in shapes:
+        for t in tokens_list:
+            variants.append((QMM_CU, qmm_config(bits, group, t, in_f, out_f)))
+            if t <= 8:
+                variants.append((GEMV_CU, gemv_config(bits, group, t, in_f, out_f)))
+            if sweep:
+                variants += [(p, c) for _, p, c in sweep_configs(bits, group, t, in_f, out_f)]
+    if KERNELS:
+        variants = [v for v in variants if (v[0] == GEMV_CU) == ("gemv" in KERNELS)]
+    compile_all(variants)
+
+    print()
+    print(f"{'shape':>13s} {'tok':>4s} {'torch us':>9s} | {'kernel':6s} {'us':>8s} {'speedup':>7s} {'TB/s':>6s}  target")
+    results = []
+    for in_f, out_f in shapes:
+        wt = Weights(bits, group, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
+        nq = _copies(wt.nbytes())
+        qcopies = [(wt.w, wt.scales, wt.biases)] + [
+            (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]
+        nd = _copies(in_f * out_f * 2)
+        dense = [torch.randn((out_f, in_f), device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(nd)]
+        for t in tokens_list:
+            x = (torch.rand((t, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
+            ya = torch.empty((t, out_f), device="cuda", dtype=torch.bfloat16)
+            anchor = time_launches([lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense])
+            rows = []
+            if t <= 8:
+                rows.append(("gemv", gemv_config(bits, group, t, in_f, out_f), True))
+            rows.append(("qmm", qmm_config(bits, group, t, in_f, out_f), True))
+            if sweep:
+                rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
+            if KERNELS:
+                rows = [r for r in rows if r[0] in KERNELS]
+            for kind, cfg, default in rows:
+                try:
+                    ts = bench_kernel(kind, wt, qcopies, x, t, cfg)
+                except Exception as e:   # a sweep variant may fail to launch
+                    print(f"{in_f:6d}->{out_f:<6d} {t:4d}  {kind} {cfg}: {type(e).__name__}: {e}")
+                    continue
+                sp = anchor / ts
+                bw = wt.nbytes() / ts / 1e12
+                label = kind if default else kind + "*"
+                tgt = target_mark(label, in_f, out_f, t, sp, bw * 1e12)
+                extra = ""
+                if sweep:
+                    extra = "  " + " ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("BITS", "GROUP"))
+                print(f"{in_f:6d}->{out_f:<6d} {t:4d} {anchor * 1e6:9.1f} | {label:6s} {ts * 1e6:8.1f} {sp:7.2f} {bw:6.2f}  {tgt}{extra}", flush=True)
+                results.append((in_f, out_f, t, label, anchor, ts, sp, bw, tgt))
+        del qcopies, dense, wt
+        torch.cuda.empty_cache()
+    return results
+
+
+def target_mark(kind, in_f, out_f, t, sp, bw):
+    """DESIGN.md targets (int4 g64): GEMV tokens=1 on shapes with >= 64 MB of bf16
+    weights: >= 3.2x the bf16 anchor and >= 85% of 4.3 TB/s; QMM: >= 2.5x at 16
+    tokens, >= 1.0x at 256, >= 0.8x at 4096."""
+    if kind.startswith("gemv") and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
+        ok = sp >= 3.2 and bw >= 0.85 * PEAK_BW
+        return f"{'MET ' if ok else 'MISS'} (>=3.2x and >=3.66 TB/s)"
+    if kind.startswith("qmm"):
+        need = {16: 2.5, 256: 1.0, 4096: 0.8}.get(t)
+        if need is not None:
+            return f"{'MET ' if sp >= need else 'MISS'} (>={need}x)"
+    return ""
+
+
+def sweep_configs(bits, group, t, in_f, out_f):
+    """Alternative launch configurations to time with --sweep: (kind, path, cfg)."""
+    out = []
+    if t <= 8:
+        base = gemv_config(bits, group, t, in_f, out_f)
+        out.append(("gemv", GEMV_CU, dict(base, _grid="full")))
+        for rows, unroll, warps in ((2, 2, 8), (4, 1, 8), (4, 4, 8), (8, 1, 8), (4, 2, 4), (2, 4, 4)):
+            if rows * t > 32:
+                continue
+            c = dict(base, ROWS=rows, UNROLL=unroll, WARPS=warps)
+            if c != base:
+                out.append(("gemv", GEMV_CU, c))
+    base = qmm_config(bits, group, t, in_f, out_f)
+    for ks in (1, 2, 4):
+        if ks != base["KSPLIT"] and -(-in_f // base["BK"]) >= 2 * ks:
+            out.append(("qmm", QMM_CU, dict(base, KSPLIT=ks)))
+    if t <= 64:
+        for tile in ("s16", "s32", "s64"):
+            if QMM_CONFIGS[tile][0] >= t and tile != qmm_tile_for_tokens(t):
+                out.append(("qmm", QMM_CU, qmm_config(bits, group, t, in_f, out_f, tile=tile)))
+    elif t >= 192:
+        for tile in ("m128", "l"):
+            if tile != qmm_tile_for_tokens(t):
+                out.append(("qmm", QMM_CU, qmm_config(bits, group, t, in_f, out_f, tile=tile)))
+    return out
+
+
+def print_resources():
+    """ptxas resource usage of every compiled variant (from NVRTC's log)."""
+    print("\n# ptxas resource usage of compiled variants")
+    for k, m in sorted(_modules.items(), key=lambda kv: str(kv[0])):
+        cfg = m["cfg"]
+        name = "gemv" if m["path"] == GEMV_CU else "qmm"
+        desc = " ".join(f"{a}={b}" for a, b in _macros(cfg).items())
+        print(f"#   {name:4s} {desc}: {ptxas_summary(m['artifact'].get('log', ''))}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a few shapes only")
+    ap.add_argument("--only", choices=("correctness", "bench"), help="run one part")
+    ap.add_argument("--sweep", action="store_true", help="also time alternative launch configs")
+    ap.add_argument("--resources", action="store_true", help="print ptxas usage of every variant")
+    ap.add_argument("--kernel", choices=("gemv", "qmm"), help="test/time one kernel only")
+    args = ap.parse_args()
+    global KERNELS
+    KERNELS = (args.kernel,) if args.kernel else ()
+
+    import torch
+    import cupy
+    dev = torch.cuda.get_device_properties(0)
+    nv = _nvrtc_or_none()
+    print(f"# {dev.name}, {dev.multi_processor_count} SMs, torch {torch.__version__}, cupy {cupy.__version__}, "
+          f"NVRTC {nv.version if nv else '(cupy)'} {nv.path if nv else ''}", flush=True)
+    global SMS
+    SMS = dev.multi_processor_count
+    t0 = time.time()
+    ok = True
+    if args.only in (None, "correctness"):
+        ok = run_correctness(args.quick)
+    if args.only in (None, "bench"):
+        run_bench(args.quick, args.sweep)
+    if args.resources:
+        print_resources()
+    print(f"# total {time.time() - t0:.1f}s; correctness {'OK' if ok else 'FAILED'}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
