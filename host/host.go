@@ -196,7 +196,7 @@ func (h *Host) Policy() Policy { return h.policy }
 // Measure runs and times every admitted candidate of req on sample inputs
 // and decides which to use.
 func (h *Host) Measure(ctx context.Context, req sdk.Request) (*Decision, error) {
-	d, err := h.measurer.measure(ctx, req)
+	d, err := h.measurer.measure(ctx, req, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +100,9 @@ type measurer struct {
 	// work counts device operations issued (allocations, executions,
 	// benchmarks): a cache hit must leave it unchanged.
 	work atomic.Int64
+	// busy serialises measurements on the device: two tunings timed at once
+	// would time each other's kernels.
+	busy sync.Mutex
 }
 
 // run is one candidate's progress through a measurement.
@@ -189,8 +193,10 @@ func (s *sampleBuffers) free() {
 
 // measure checks every admitted candidate's numbers against the fallback
 // on a pattern and a random sample, times the survivors, and decides.
-func (ms *measurer) measure(ctx context.Context, req sdk.Request) (*Decision, error) {
-	start := time.Now()
+//
+// Measurements take turns on the device; budget (0: none) bounds the time
+// from this measurement's turn, not the wait for it.
+func (ms *measurer) measure(ctx context.Context, req sdk.Request, budget time.Duration) (*Decision, error) {
 	contract, err := family.Lookup(req.Family)
 	if err != nil {
 		return nil, err
@@ -204,6 +210,14 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request) (*Decision, er
 	d, runs, err := ms.admit(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	ms.busy.Lock()
+	defer ms.busy.Unlock()
+	start := time.Now()
+	if budget > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, budget)
+		defer cancel()
 	}
 	bufs, err := ms.allocateSample(contract, req)
 	if err != nil {

@@ -134,11 +134,9 @@ func (pl *planner) decide(ctx context.Context, req sdk.Request) (*Plan, error) {
 // abandons the key and serves the fallback.
 func (pl *planner) tune(ctx context.Context, req sdk.Request) (*Plan, error) {
 	key := req.Key()
-	tctx, cancel := context.WithTimeout(ctx, time.Duration(pl.policy.KeyBudget))
-	defer cancel()
 	pl.tunings.Add(1)
 	start := time.Now()
-	d, err := pl.measurer.measure(tctx, req)
+	d, err := pl.measurer.measure(ctx, req, time.Duration(pl.policy.KeyBudget))
 	pl.mu.Lock()
 	pl.spent += time.Since(start)
 	pl.mu.Unlock()
@@ -147,7 +145,7 @@ func (pl *planner) tune(ctx context.Context, req sdk.Request) (*Plan, error) {
 			return nil, err
 		}
 		reason := fmt.Sprintf("tuning abandoned: %v", err)
-		if errors.Is(tctx.Err(), context.DeadlineExceeded) {
+		if errors.Is(err, context.DeadlineExceeded) {
 			reason = fmt.Sprintf("tuning abandoned: over the %s budget per request", time.Duration(pl.policy.KeyBudget))
 		}
 		pl.logger.Warn("tuning abandoned", "request", key, "error", err)
