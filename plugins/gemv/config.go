@@ -35,13 +35,17 @@ func chooseGEMV(req sdk.Request, sms int) gemvConfig {
 	for rows > 1 && ceilDiv(out, warps*rows) < sms {
 		rows /= 2
 	}
-	// About 128 bytes of packed weights in flight per lane per step; at most
-	// two chunks when tokens ≥ 3 (those variants are bound by FMAs).
-	unroll := 2
-	if tokens <= 2 {
-		unroll = 4
+	// Register budget: at most 128 bytes of packed weights per lane and
+	// step, and rows·unroll·tokens ≤ 8 (no spills at 128 registers).
+	rows = max(1, min(rows, 128/chunk))
+	maxUnroll := 2
+	if vals == 32 {
+		maxUnroll = 4
 	}
-	unroll = max(1, min(unroll, 128/(rows*chunk)))
+	unroll := max(1, min(maxUnroll, 128/(rows*chunk)))
+	for unroll > 1 && rows*unroll*tokens > 8 {
+		unroll--
+	}
 	unroll = max(1, min(unroll, ceilDiv(in/vals, 32)))
 	sub := min(vals, group)
 	xsBytes := 4 * tokens * (in / vals) * (vals + 4)

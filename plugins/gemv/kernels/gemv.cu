@@ -4,6 +4,8 @@
 //
 // Compiled at run time by NVRTC for sm_90 (no #include: bf16 travels as
 // unsigned short, conversions are bit operations or PTX cvt).
+// NVRTC options: -arch=sm_90 -std=c++17 (C++14 or later; NVRTC 11.x defaults to an
+// older dialect) plus the -D macros below. Entry point is extern "C" (unmangled).
 //
 // ENTRY POINT
 //   extern "C" __global__ void affine_gemv(
@@ -48,22 +50,27 @@
 //     in % vmin == 0 and in/vmin >= 16: VALS = vmin, LOADW = 16; else VALS = 32,
 //     LOADW = gcd(16, 4*BITS) (always valid since in % 32 == 0).
 //   TOKENS = tokens.  ROWS = 4 (tokens <= 2), 2 (<= 4), 1 (else); then halved
-//     while ROWS > 1 and ceil(out/(8*ROWS)) < SMs.  WARPS = 8.
-//   UNROLL = clamp(128 / (ROWS*VALS*BITS/8), 1, tokens <= 2 ? 4 : 2), then at most
-//     ceil((in/VALS)/32).   GV_MINB = 2 if tokens <= 4 else 1.
+//     while ROWS > 1 and ceil(out/(8*ROWS)) < SMs; then ROWS = min(ROWS, 128/CB)
+//     with CB = VALS*BITS/8 (chunk bytes).  WARPS = 8.
+//   UNROLL = clamp(128/(ROWS*CB), 1, VALS == 32 ? 4 : 2), decremented while UNROLL > 1 and
+//     ROWS*UNROLL*TOKENS > 8, then at most ceil((in/VALS)/32).
+//   GV_MINB = 2 if tokens <= 4 else 1.
 //   XSMEM = 1 if 4*TOKENS*(in/VALS)*(VALS+4) + 4*TOKENS*(in/SUB) <= 96 KiB, else 0.
 //   Limits: TOKENS*(in/SUB)*4 bytes of x sums must fit in shared memory.
 //
 // METHOD
-//   Each warp owns ROWS output rows at a time; lane l reads chunks l, l+32, ... of each
-//   row with 16-byte loads (several in flight), so a warp load is contiguous.
-//   A value q becomes the float f = 0.5 + q/256 (q <= 6 bits: byte_perm/lop into
-//   the mantissa of 0.5) or 1 + q/32768 (8 bits) with one integer op and no
-//   conversion instruction; the inner loop is acc += f*x. Per group:
-//     y += (s/C1)*acc + (b - s*C0/C1)*xsum_group
+//   Each warp owns ROWS output rows at a time (row sets, grid-stride loop);
+//   lane l reads chunks l, l+32, ... of each row with 16-byte loads (UNROLL
+//   chunks x ROWS rows in flight per step), so each warp load is contiguous.
+//   A value q becomes the float f = 0.5 + q/256 (q of 2..6 bits: a prmt of
+//   pre-split nibbles/crumbs for 2 and 4 bits, shift+lop3 for 3/5/6) or
+//   1 + q/32768 (8 bits: one prmt), with no conversion instruction; the inner
+//   loop is acc += f*x in fp32. Per group (or VALS-chunk part of a group):
+//     y += (s/C1)*acc + (b - s*C0/C1)*xsum
 //   which folds both the group bias and the f offset (exact algebra, fp32).
-//   Per-group x sums are computed once per block into shared memory. The warp
-//   reduces with shuffles; no shared-memory round trip for the weights.
+//   Per-group x sums (and x as fp32 when XSMEM) are computed once per block
+//   into shared memory. The warp reduces with shuffles; weights never touch
+//   shared memory.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -114,7 +121,8 @@ typedef unsigned long long u64;
 #endif
 
 // ---------------------------------------------------------------------------
-// Device primitives (the CPU emulator used in development supplies its own).
+// Device primitives. For CPU emulation, qmm/kernels/emu/emu.h defines KCAND_EMU
+// and supplies host versions of everything in this block.
 #ifndef KCAND_EMU
 #define KC_DEV __device__ __forceinline__
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
@@ -338,6 +346,17 @@ affine_gemv(const u16* __restrict__ x, const u32* __restrict__ weight,
             for (int u = 0; u < UNROLL; ++u) {
                 const int c = cb + u * 32 + lane;
                 if (c < nch) {
+                    // Per-token base of this chunk's x; pieces add constant offsets.
+#if XSMEM
+                    const float* xc[TOKENS];
+#pragma unroll
+                    for (int t = 0; t < TOKENS; ++t) xc[t] = xs + (t * nch + c) * XPAD;
+#else
+                    const u16* xc[TOKENS];
+#pragma unroll
+                    for (int t = 0; t < TOKENS; ++t)
+                        xc[t] = x + ((long long)min(t0 + t, tokens - 1) * in + c * VALS);
+#endif
 #pragma unroll
                     for (int j = 0; j < NSUB; ++j) {
                         float a[ROWS][TOKENS];
@@ -372,15 +391,14 @@ affine_gemv(const u16* __restrict__ x, const u32* __restrict__ weight,
                                 for (int t = 0; t < TOKENS; ++t) {
                                     float xf[8];
 #if XSMEM
-                                    const kc_f4* src = reinterpret_cast<const kc_f4*>(
-                                        xs + ((long long)t * nch + c) * XPAD + unit * 32 + p * 8);
+                                    const kc_f4* src = reinterpret_cast<const kc_f4*>(xc[t] + unit * 32 + p * 8);
                                     const kc_f4 lo = src[0], hi = src[1];
                                     xf[0] = lo.x; xf[1] = lo.y; xf[2] = lo.z; xf[3] = lo.w;
                                     xf[4] = hi.x; xf[5] = hi.y; xf[6] = hi.z; xf[7] = hi.w;
 #else
-                                    kc_u4 v = {0u, 0u, 0u, 0u};
-                                    if (t0 + t < tokens)
-                                        v = kc_ld_ro16(x + (long long)(t0 + t) * in + c * VALS + unit * 32 + p * 8);
+                                    // Rows past the last token read a valid row; their
+                                    // results are never stored.
+                                    const kc_u4 v = kc_ld_ro16(xc[t] + unit * 32 + p * 8);
                                     const u32 vw[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                                     for (int k = 0; k < 4; ++k) {

@@ -6,6 +6,8 @@
 // Compiled at run time by NVRTC for sm_90 (plain sm_90: mma.sync, ldmatrix,
 // cp.async and, when KSPLIT > 1, thread-block clusters with distributed shared
 // memory). No #include: bf16 travels as unsigned short.
+// NVRTC options: -arch=sm_90 -std=c++17 (C++14 or later; NVRTC 11.x defaults to an
+// older dialect) plus the -D macros below. Entry point is extern "C" (unmangled).
 //
 // ENTRY POINT
 //   extern "C" __global__ void affine_qmm(
@@ -145,7 +147,8 @@ typedef unsigned long long u64;
 #endif
 
 // ---------------------------------------------------------------------------
-// Device primitives (the CPU emulator used in development supplies its own).
+// Device primitives. For CPU emulation, qmm/kernels/emu/emu.h defines KCAND_EMU
+// and supplies host versions of everything in this block.
 #ifndef KCAND_EMU
 #define KC_DEV __device__ __forceinline__
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
@@ -234,6 +237,7 @@ KC_DEV u32 kc_cluster_rank() {
 }
 #define KC_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
 #define KC_SYNC() __syncthreads()
+#define KC_LAUNDER(v) asm volatile("" : "+r"(v))
 #endif
 
 // ---------------------------------------------------------------------------
@@ -376,7 +380,8 @@ affine_qmm(const u16* __restrict__ x, const u32* __restrict__ weight,
                 src = wg + (it * wstep + kb0);
                 dst = ws + wdst + it * WRS * WSB;
             } else {
-                const int idx = tid + it * NTHREADS;
+                int idx = tid + it * NTHREADS;
+                KC_LAUNDER(idx);   // recompute per tile rather than hoist W_IT addresses (registers)
                 const int r = idx / WCPR, ch = idx % WCPR;
                 in_tile = idx < BN * WCPR;
                 ok = ((wrows >> it) & 1u) && kb0 + ch * WCP < row_bytes;
