@@ -30,14 +30,35 @@ type channelFactory struct {
 	shm    *cpu.Device
 	dev    device.Device
 	logger hclog.Logger
+	// events orders GPU work with interprocess events; without them the
+	// host waits for its stream before a call and the plugin for its own
+	// before answering (see ChannelOrdering).
+	events bool
 
 	mu   sync.Mutex
 	open map[*remoteChannel]bool
 }
 
-func newChannelFactory(shm *cpu.Device, dev device.Device, logger hclog.Logger) *channelFactory {
-	return &channelFactory{shm: shm, dev: dev, logger: logger, open: map[*remoteChannel]bool{}}
+func newChannelFactory(shm *cpu.Device, dev device.Device, ordering ChannelOrdering, logger hclog.Logger) *channelFactory {
+	_, gpu := dev.(*cuda.Device)
+	events := gpu && (ordering == OrderEvents || ordering == OrderAuto && MPSRunning())
+	logger.Debug("doorbell channels", "gpu", gpu, "ordering", map[bool]string{true: "events", false: "synchronise"}[events])
+	return &channelFactory{shm: shm, dev: dev, logger: logger, events: events, open: map[*remoteChannel]bool{}}
 }
+
+// ChannelOrdering says how the remote path orders a plugin's GPU work
+// against the caller's stream.
+type ChannelOrdering string
+
+// The orderings. Measured on the H200 (bench/NOTES.md): with MPS, events
+// give a 39 µs round trip; without MPS, making one context's stream wait on
+// another's event costs more (330 µs) than each side synchronising its own
+// stream, so Auto picks events only when MPS runs.
+const (
+	OrderAuto        ChannelOrdering = ""
+	OrderEvents      ChannelOrdering = "events"
+	OrderSynchronise ChannelOrdering = "synchronise"
+)
 
 // remoteChannel is one doorbell to one plugin process.
 type remoteChannel struct {
@@ -72,7 +93,7 @@ func (f *channelFactory) openChannel(ctx context.Context, e Entry) (*remoteChann
 		return fail(err)
 	}
 	req := sdk.ChannelRequest{Page: handle}
-	if cd, ok := f.dev.(*cuda.Device); ok {
+	if cd, ok := f.dev.(*cuda.Device); ok && f.events {
 		var rh, dh cuda.EventHandle
 		if ch.ready, rh, err = cd.NewIPCEvent(); err != nil {
 			return fail(err)
@@ -91,10 +112,9 @@ func (f *channelFactory) openChannel(ctx context.Context, e Entry) (*remoteChann
 	return ch, nil
 }
 
-// execute runs a prepared candidate (its plugin-side id) over the channel.
-// On a GPU the plugin's work is ordered after everything enqueued on stream
-// so far, and stream's later work after it; the call returns once the work
-// is enqueued. On the CPU device it returns when the outputs are written.
+// execute runs a prepared candidate (its plugin-side id) over the channel,
+// after everything enqueued on stream so far: through interprocess events,
+// or by waiting for stream first. It returns when the outputs are written.
 func (c *remoteChannel) execute(ctx context.Context, stream device.Stream, rawID string, io map[string]device.Handle) (float64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -114,6 +134,8 @@ func (c *remoteChannel) execute(ctx context.Context, stream device.Stream, rawID
 		if err := s.Record(c.ready); err != nil {
 			return 0, err
 		}
+	} else if err := syncStream(c.f.dev, stream); err != nil {
+		return 0, err
 	}
 	deadline := time.Now().Add(c.timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {

@@ -45,6 +45,9 @@ type Options struct {
 	// ForceRemote runs every candidate in its plugin even when it exports
 	// its kernels (for comparison and debugging).
 	ForceRemote bool
+	// ChannelOrdering picks how remote GPU work is ordered against the
+	// caller's stream; the default chooses by whether MPS runs.
+	ChannelOrdering ChannelOrdering
 }
 
 // LoadPolicy builds a policy from the defaults, then the JSON file at path
@@ -118,7 +121,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.env.launcher, h.launcher = nil, nil
 	}
 	if !opts.NoChannels {
-		h.env.channels = newChannelFactory(h.shm, dev, logger.Named("channel"))
+		h.env.channels = newChannelFactory(h.shm, dev, opts.ChannelOrdering, logger.Named("channel"))
 	}
 	h.measurer = &measurer{env: h.env, dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts, policy: policy,
 		health: health, launcher: h.launcher}
@@ -126,6 +129,9 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	h.planner = newPlanner(registry, h.measurer, h.cache, policy, dev.Profile(), logger.Named("planner"))
 	h.planner.owner = h
 	logger.Info("host open", "device", dev.Kind(), "hardware", dev.Profile().Name, "plugins", len(manager.Plugins()), "refused", len(manager.Refused()))
+	if dev.Kind() == device.CUDA {
+		logger.Info("GPU sharing", "mps", MPSStatus())
+	}
 	return h, nil
 }
 

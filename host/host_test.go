@@ -81,7 +81,7 @@ func TestMeasureTimesBothCandidatesAndExplainsTheChoice(t *testing.T) {
 	assert.Equal(t, "qmm", d.Measurements[0].Candidate, "fallback first")
 	chosen := 0
 	for _, m := range d.Measurements {
-		assert.Greater(t, m.Timing.Mean, 0.0, "%s timed", m.Candidate)
+		assert.Greater(t, m.Timing.Mean, 0.0, "%s timed (%s: %s)", m.Candidate, m.Verdict, m.Reason)
 		assert.GreaterOrEqual(t, m.Timing.Iterations, 5)
 		if m.Verdict == VerdictChosen {
 			chosen++

@@ -9,12 +9,22 @@ import (
 // NVIDIA MPS: faster cross-process round trips, but a fatal fault in any
 // client reaches every client (DESIGN.md, "Isolation versus speed").
 func MPSStatus() string {
-	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
-	if dir == "" {
-		dir = "/tmp/nvidia-mps"
-	}
-	if _, err := os.Stat(filepath.Join(dir, "control")); err == nil {
-		return "running (pipe " + dir + "): remote round trips are fast, but a faulting plugin kernel reaches every client"
+	if MPSRunning() {
+		return "running (pipe " + mpsPipeDir() + "): remote round trips are fast, but a faulting plugin kernel reaches every client"
 	}
 	return "not running: each process has its own GPU context (isolated; remote round trips pay a context switch)"
+}
+
+// MPSRunning reports whether an MPS control daemon answers on the pipe
+// directory this process would use.
+func MPSRunning() bool {
+	_, err := os.Stat(filepath.Join(mpsPipeDir(), "control"))
+	return err == nil
+}
+
+func mpsPipeDir() string {
+	if dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"); dir != "" {
+		return dir
+	}
+	return "/tmp/nvidia-mps"
 }

@@ -37,7 +37,7 @@ for s in "${stages[@]}"; do
   case $s in
     cuda)      run cuda bin/gpu/cuda.test -test.count=1 -test.v ;;
     cudabench) run cudabench bin/gpu/cudabench ;;
-    kernels)   run kernels python3 scripts/affine_kernels.py ;;
+    kernels)   run kernels python3 scripts/affine_kernels.py ${KERNEL_ARGS:-} ;;
     plugins)   run plugin-qmm bin/gpu/qmm.test -test.count=1 -test.v
                run plugin-gemv bin/gpu/gemv.test -test.count=1 -test.v ;;
     tune)      run tune-first bin/gpu/kcand tune --device cuda --all

@@ -81,12 +81,30 @@ func run(pluginDir, devName string, calls int) ([]row, error) {
 			return rows, err
 		}
 	}
-	for _, channels := range []bool{true, false} {
-		rh, err := open(host.Options{ForceRemote: true, NoChannels: !channels})
+	variants := []struct {
+		what string
+		opts host.Options
+	}{
+		{"remote round trip, doorbell, default ordering", host.Options{ForceRemote: true}},
+		{"remote round trip, gRPC per call", host.Options{ForceRemote: true, NoChannels: true}},
+	}
+	if gpu {
+		variants = append(variants,
+			struct {
+				what string
+				opts host.Options
+			}{"remote round trip, doorbell, IPC events", host.Options{ForceRemote: true, ChannelOrdering: host.OrderEvents}},
+			struct {
+				what string
+				opts host.Options
+			}{"remote round trip, doorbell, synchronise", host.Options{ForceRemote: true, ChannelOrdering: host.OrderSynchronise}})
+	}
+	for _, v := range variants {
+		rh, err := open(v.opts)
 		if err != nil {
 			return rows, err
 		}
-		r, err := remoteRoundTrip(ctx, rh, req, calls, channels)
+		r, err := remoteRoundTrip(ctx, rh, req, calls, v.what)
 		rh.Close()
 		rows = append(rows, r...)
 		if err != nil {
@@ -339,7 +357,7 @@ func graphReplay(ctx context.Context, h *host.Host, req sdk.Request) ([]row, err
 	return r, nil
 }
 
-func remoteRoundTrip(ctx context.Context, h *host.Host, req sdk.Request, calls int, channels bool) ([]row, error) {
+func remoteRoundTrip(ctx context.Context, h *host.Host, req sdk.Request, calls int, what string) ([]row, error) {
 	b, err := bind(ctx, h, req)
 	if err != nil {
 		return nil, err
@@ -365,10 +383,7 @@ func remoteRoundTrip(ctx context.Context, h *host.Host, req sdk.Request, calls i
 		return nil, fmt.Errorf("remote output: %w", err)
 	}
 	st := h.Stats()
-	what, note := "remote round trip, doorbell channel", fmt.Sprintf("%d channel calls", st.ChannelCalls)
-	if !channels {
-		what, note = "remote round trip, gRPC per call", fmt.Sprintf("%d RPC calls", st.RPCCalls)
-	}
+	note := fmt.Sprintf("%d channel + %d RPC calls", st.ChannelCalls, st.RPCCalls)
 	m := median(samples)
 	return []row{{what, fmt.Sprintf("%.1f µs", m), fmt.Sprintf("%s; p90 %.1f µs; %.2f× the %0.f µs baseline (target ≤ 50 µs)", note, percentile(samples, 0.9), m/naiveRoundTripMicros, naiveRoundTripMicros)}}, nil
 }

@@ -1,6 +1,7 @@
 package affine
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 
@@ -45,28 +46,25 @@ func Quantize(req spec.Request, w []float32) map[string][]byte {
 }
 
 // RandomSample draws a sample with the given seed: x uniform in [-1, 1),
-// and weights drawn directly in quantised form (every level equally
-// likely, scales and biases spread around a typical model's), so that a
-// sample of a large layer costs one pass.
+// and weights drawn directly in quantised form. Packed weights are random
+// bytes, which makes every q of every bit width uniform over its levels;
+// scales and biases spread around a typical model's. A sample of a layer of
+// a hundred million weights costs a fraction of a second.
 func RandomSample(req spec.Request, seed uint64) spec.Sample {
 	rng := rand.New(rand.NewPCG(seed, 0x6b63616e64))
 	uniform := func() float32 { return rng.Float32()*2 - 1 }
 	in, out, g, bits := req.InFeatures, req.OutFeatures, req.Weight.GroupSize, req.Weight.Bits
 	groups := in / g
-	levels := 1 << bits
-	packed := make([]byte, 0, out*RowWords(req)*4)
-	q := make([]uint8, in)
+	levels := float32(int(1) << bits)
+	packed := make([]byte, out*RowWords(req)*4)
+	for i := 0; i < len(packed); i += 8 {
+		binary.LittleEndian.PutUint64(packed[i:], rng.Uint64())
+	}
 	scales := make([]float32, out*groups)
 	biases := make([]float32, out*groups)
-	for o := 0; o < out; o++ {
-		for i := range q {
-			q[i] = uint8(rng.IntN(levels))
-		}
-		packed = append(packed, Pack(q, bits)...)
-		for gi := 0; gi < groups; gi++ {
-			scales[o*groups+gi] = (0.5 + rng.Float32()) * 2 / float32(levels)
-			biases[o*groups+gi] = -1 + 0.5*rng.Float32()
-		}
+	for i := range scales {
+		scales[i] = (0.5 + rng.Float32()) * 2 / levels
+		biases[i] = -1 + 0.5*rng.Float32()
 	}
 	x := make([]float32, req.Tokens*in)
 	for i := range x {
@@ -90,15 +88,22 @@ func PatternSample(req spec.Request) spec.Sample {
 	in, out, g, bits := req.InFeatures, req.OutFeatures, req.Weight.GroupSize, req.Weight.Bits
 	groups := in / g
 	levels := 1 << bits
-	packed := make([]byte, 0, out*RowWords(req)*4)
+	rowBytes := RowWords(req) * 4
+	packed := make([]byte, out*rowBytes)
 	q := make([]uint8, in)
 	scales := make([]float32, out*groups)
 	biases := make([]float32, out*groups)
 	for o := 0; o < out; o++ {
-		for i := range q {
-			q[i] = uint8((o*5 + i + 3*(i/levels)) % levels)
+		// q depends on o only through o·5 mod levels: rows repeat with
+		// period levels, so pack each distinct row once and copy it.
+		if o < levels {
+			for i := range q {
+				q[i] = uint8((o*5 + i + 3*(i/levels)) % levels)
+			}
+			copy(packed[o*rowBytes:], Pack(q, bits))
+		} else {
+			copy(packed[o*rowBytes:(o+1)*rowBytes], packed[(o%levels)*rowBytes:])
 		}
-		packed = append(packed, Pack(q, bits)...)
 		for gi := 0; gi < groups; gi++ {
 			scales[o*groups+gi] = float32(1+(o+gi)%4) / float32(levels)
 			biases[o*groups+gi] = float32((o*3+gi)%5-2) / 8
