@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,8 +53,26 @@ type Decision struct {
 	Measurements []Measurement
 	// Timing is the chosen candidate's.
 	Timing Timing
-	// Cost is the wall-clock time the measurement took.
-	Cost time.Duration
+	// Cost is the wall-clock time the measurement took, and Phases how it
+	// divides: samples (making and copying inputs), numbers (preparing and
+	// checking every candidate on both samples), timing.
+	Cost   time.Duration
+	Phases []Phase
+}
+
+// Phase is one part of a measurement's cost.
+type Phase struct {
+	Name     string
+	Duration time.Duration
+}
+
+// PhaseSummary renders the phases as "samples 12 ms, numbers 30 ms, ...".
+func (d *Decision) PhaseSummary() string {
+	parts := make([]string, 0, len(d.Phases))
+	for _, p := range d.Phases {
+		parts = append(parts, fmt.Sprintf("%s %.0f ms", p.Name, float64(p.Duration.Microseconds())/1e3))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // MeasureOptions tune the measurement.
@@ -219,6 +238,12 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request, budget time.Du
 		ctx, cancel = context.WithTimeout(ctx, budget)
 		defer cancel()
 	}
+	mark := start
+	phase := func(name string) {
+		now := time.Now()
+		d.Phases = append(d.Phases, Phase{name, now.Sub(mark)})
+		mark = now
+	}
 	bufs, err := ms.allocateSample(contract, req)
 	if err != nil {
 		return nil, err
@@ -229,7 +254,8 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request, budget time.Du
 			r.release(ctx)
 		}
 	}()
-	if err := ms.checkNumbers(ctx, contract, req, bufs, runs); err != nil {
+	phase("allocate")
+	if err := ms.checkNumbers(ctx, contract, req, bufs, runs, phase); err != nil {
 		return nil, err
 	}
 	io, err := bufs.ioHandles()
@@ -243,6 +269,7 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request, budget time.Du
 		}
 	}
 	ms.time(ctx, bufs, io, runs, minBytes)
+	phase("timing")
 	ms.decide(d, runs)
 	d.Cost = time.Since(start)
 	return d, nil
@@ -280,7 +307,7 @@ func (ms *measurer) admit(ctx context.Context, req sdk.Request) (*Decision, []*r
 // sample, poisoning the outputs before each run. The fallback must match
 // the float64 reference; every other candidate must match the fallback
 // within the family's gate. Survivors stay prepared on the random sample.
-func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk.Request, bufs *sampleBuffers, runs []*run) error {
+func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk.Request, bufs *sampleBuffers, runs []*run, phase func(string)) error {
 	samples := []struct {
 		name   string
 		sample sdk.Sample
@@ -288,11 +315,13 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 		{"pattern", c.PatternSample(req)},
 		{"random", c.RandomSample(req, ms.opts.Seed)},
 	}
+	phase("samples")
 	for _, s := range samples {
 		weights, io, err := bufs.load(s.sample)
 		if err != nil {
 			return err
 		}
+		phase("copy " + s.name)
 		var reference map[string][]byte
 		for _, r := range runs {
 			if r.m.Verdict != "" {
@@ -323,6 +352,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 			}
 			r.firstMicros = us
 		}
+		phase("check " + s.name)
 	}
 	return nil
 }

@@ -108,8 +108,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // DefaultPolicy is throughput and stable; it tunes affine decode at one
 // token, every MXFP4 MoE and FP8 request, and no dense request (dense plans
-// are heuristic); a winner must be 300 bps faster; 2 s per request and 60 s
-// per host.
+// are heuristic); a winner must be 300 bps faster; 10 s per request (room
+// for a plugin's first NVRTC compile of a kernel variant) and 60 s per host.
 func DefaultPolicy() Policy {
 	return Policy{
 		Numerical: NumericalThroughput,
@@ -120,7 +120,7 @@ func DefaultPolicy() Policy {
 			{Family: sdk.FamilyFP8},
 		},
 		MinimumImprovementBps: 300,
-		KeyBudget:             Duration(2 * time.Second),
+		KeyBudget:             Duration(10 * time.Second),
 		RunBudget:             Duration(60 * time.Second),
 	}
 }

@@ -41,7 +41,11 @@ for s in "${stages[@]}"; do
     plugins)   run plugin-qmm bin/gpu/qmm.test -test.count=1 -test.v
                run plugin-gemv bin/gpu/gemv.test -test.count=1 -test.v ;;
     tune)      run tune-first bin/gpu/kcand tune --device cuda --all
-               run tune-cached bin/gpu/kcand tune --device cuda --all ;;
+               run tune-cached bin/gpu/kcand tune --device cuda --all
+               # again with the plan cache gone but the kernel cache warm:
+               # what tuning costs once a plugin's variants are compiled
+               rm -f "$KCAND_CACHE"
+               run tune-warm bin/gpu/kcand tune --device cuda --all ;;
     host)      run host bin/gpu/host.test -test.count=1 -test.v -test.run 'GPU' ;;
     hotpath)   run hotpath bin/gpu/hotpath --plugin-dir bin/gpu/plugins --device cuda ;;
     mps)

@@ -83,7 +83,7 @@ func printDecision(w io.Writer, d *host.Decision) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Candidate, m.Plugin, t, s, dev, m.Verdict, note)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "  tuning took %.0f ms\n", float64(d.Cost.Microseconds())/1e3)
+	fmt.Fprintf(w, "  tuning took %.0f ms (%s)\n", float64(d.Cost.Microseconds())/1e3, d.PhaseSummary())
 }
 
 // demoRequests is the built-in demo set: decode and prefill shapes of a
