@@ -1,6 +1,7 @@
 package host
 
 import (
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk/device"
 )
 
@@ -37,10 +38,6 @@ func (ms *measurer) newRotation(bufs *sampleBuffers) (*rotation, error) {
 		return r, nil
 	}
 	copies := min(int((2*l2+weightBytes-1)/weightBytes), maxRotation)
-	data, err := bufs.weights.read()
-	if err != nil {
-		return nil, err
-	}
 	sizes := map[string]int64{}
 	for k, v := range bufs.weights.bufs {
 		sizes[k] = v.Size()
@@ -53,7 +50,7 @@ func (ms *measurer) newRotation(bufs *sampleBuffers) (*rotation, error) {
 			return nil, err
 		}
 		r.copies = append(r.copies, set)
-		if err := set.write(data); err != nil {
+		if err := copyBuffers(ms.dev, set.bufs, bufs.weights.bufs); err != nil {
 			r.free()
 			return nil, err
 		}
@@ -111,4 +108,30 @@ func (ms *measurer) timeExported(r *run, rot *rotation, iterations int) (Timing,
 	}
 	ms.work.Add(int64(batches * exportedBatch))
 	return summarize(samples), nil
+}
+
+// copyBuffers copies each named buffer of src into dst: on the GPU, device
+// to device; elsewhere through host memory.
+func copyBuffers(dev device.Device, dst, src map[string]device.Buffer) error {
+	for name, from := range src {
+		to := dst[name]
+		if cd, ok := dev.(*cuda.Device); ok {
+			f, okf := from.(device.DeviceMemory)
+			t, okt := to.(device.DeviceMemory)
+			if okf && okt {
+				if err := cd.Stream().CopyDevice(cuda.DevicePtr(t.DevicePointer()), cuda.DevicePtr(f.DevicePointer()), from.Size()); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		data := make([]byte, from.Size())
+		if err := dev.Read(data, from, 0); err != nil {
+			return err
+		}
+		if err := dev.Write(to, 0, data); err != nil {
+			return err
+		}
+	}
+	return dev.Synchronize()
 }

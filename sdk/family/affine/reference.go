@@ -24,9 +24,10 @@ func Reference(req spec.Request, weights map[string][]byte, x []byte) []float64 
 // spot-check large outputs without computing all of them.
 func ReferenceElement(req spec.Request, weights map[string][]byte, x []byte, w []float64, t, o int) float64 {
 	in := req.InFeatures
+	xt := x[2*t*in : 2*(t+1)*in]
 	var acc float64
-	for i := 0; i < in; i++ {
-		acc += float64(bf16.Get(x, t*in+i)) * w[i]
+	for i, wi := range w {
+		acc += float64(bf16.ToFloat32(uint16(xt[2*i])|uint16(xt[2*i+1])<<8)) * wi
 	}
 	if req.Bias {
 		acc += float64(bf16.Get(weights[Bias], o))
@@ -39,12 +40,15 @@ func DequantizeRow(req spec.Request, weights map[string][]byte, o int) []float64
 	in, g, bits := req.InFeatures, req.Weight.GroupSize, req.Weight.Bits
 	groups := in / g
 	rowBytes := RowWords(req) * 4
-	row := weights[Weight][o*rowBytes : (o+1)*rowBytes]
+	q := make([]uint8, in)
+	UnpackRow(weights[Weight][o*rowBytes:(o+1)*rowBytes], bits, q)
 	w := make([]float64, in)
-	for i := 0; i < in; i++ {
-		s := float64(bf16.Get(weights[Scales], o*groups+i/g))
-		b := float64(bf16.Get(weights[Biases], o*groups+i/g))
-		w[i] = s*float64(Unpack(row, i, bits)) + b
+	for gi := 0; gi < groups; gi++ {
+		s := float64(bf16.Get(weights[Scales], o*groups+gi))
+		b := float64(bf16.Get(weights[Biases], o*groups+gi))
+		for i := gi * g; i < (gi+1)*g; i++ {
+			w[i] = s*float64(q[i]) + b
+		}
 	}
 	return w
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/kcand/kcand/sdk/bf16"
 	"github.com/kcand/kcand/sdk/spec"
@@ -57,9 +58,7 @@ func RandomSample(req spec.Request, seed uint64) spec.Sample {
 	groups := in / g
 	levels := float32(int(1) << bits)
 	packed := make([]byte, out*RowWords(req)*4)
-	for i := 0; i < len(packed); i += 8 {
-		binary.LittleEndian.PutUint64(packed[i:], rng.Uint64())
-	}
+	fillRandom(packed, seed)
 	scales := make([]float32, out*groups)
 	biases := make([]float32, out*groups)
 	for i := range scales {
@@ -79,6 +78,27 @@ func RandomSample(req spec.Request, seed uint64) spec.Sample {
 		weights[Bias] = bf16.Encode(bias)
 	}
 	return spec.Sample{Weights: weights, Inputs: map[string][]byte{X: bf16.Encode(x)}}
+}
+
+// fillRandom fills b with random bytes from seed, in parallel chunks each
+// with its own generator, so the result depends on seed alone.
+func fillRandom(b []byte, seed uint64) {
+	const chunk = 1 << 22
+	var wg sync.WaitGroup
+	for off := 0; off < len(b); off += chunk {
+		wg.Add(1)
+		go func(part []byte, n uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, n))
+			for i := 0; i+8 <= len(part); i += 8 {
+				binary.LittleEndian.PutUint64(part[i:], rng.Uint64())
+			}
+			for i := len(part) &^ 7; i < len(part); i++ {
+				part[i] = byte(rng.Uint32())
+			}
+		}(b[off:min(off+chunk, len(b))], uint64(off/chunk))
+	}
+	wg.Wait()
 }
 
 // PatternSample builds deterministic inputs that exercise every quantised
