@@ -2,13 +2,16 @@ package main
 
 import (
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/gpukernel"
+	"github.com/kcand/kcand/sdk/plugintest"
 )
 
-func admitsOnGPU(req sdk.Request) bool { return req.Tokens <= maxTokens }
-
-// variantFor is what prepareGPU chooses, with an occupancy of 2 blocks.
-func variantFor(req sdk.Request, sms int) (map[string]int, [3]uint32, [3]uint32, uint32) {
+// choice is what prepareGPU chooses, with an occupancy of 2 blocks.
+func choice(req sdk.Request, sms int) plugintest.Choice {
+	if req.Tokens > maxTokens {
+		return plugintest.Choice{}
+	}
 	cfg := chooseGEMV(req, sms)
 	grid, block, shared := cfg.launch(req, sms, 2)
-	return cfg.defines(), grid, block, shared
+	return plugintest.Choice{OK: true, Variant: gpukernel.Variant{Entry: entryPoint, Defines: cfg.defines()}, Grid: grid, Block: block, SharedBytes: shared}
 }

@@ -2,13 +2,13 @@ package main
 
 import (
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/gpukernel"
+	"github.com/kcand/kcand/sdk/plugintest"
 )
 
-func admitsOnGPU(sdk.Request) bool { return true }
-
-// variantFor is what prepareGPU chooses.
-func variantFor(req sdk.Request, sms int) (map[string]int, [3]uint32, [3]uint32, uint32) {
+// choice is what prepareGPU chooses.
+func choice(req sdk.Request, sms int) plugintest.Choice {
 	cfg := chooseQMM(req, sms)
 	grid, block, shared := cfg.launch(req)
-	return cfg.defines(), grid, block, shared
+	return plugintest.Choice{OK: true, Variant: gpukernel.Variant{Entry: entryPoint, Defines: cfg.defines()}, Grid: grid, Block: block, SharedBytes: shared}
 }

@@ -8,16 +8,7 @@ import "github.com/kcand/kcand/sdk"
 func Requests(f sdk.Family) []sdk.Request {
 	switch f {
 	case sdk.FamilyAffine:
-		a := func(tokens, in, out, bits, group int, bias bool) sdk.Request {
-			phase := sdk.PhaseDecode
-			if tokens > 8 {
-				phase = sdk.PhasePrefill
-			}
-			return sdk.Request{
-				Family: sdk.FamilyAffine, Phase: phase, Tokens: tokens, InFeatures: in, OutFeatures: out,
-				Weight: sdk.Format{Kind: "affine", Bits: bits, GroupSize: group}, Activation: sdk.BF16, Bias: bias,
-			}
-		}
+		a := affineRequest
 		return []sdk.Request{
 			a(1, 256, 64, 4, 64, false),
 			a(3, 384, 40, 3, 128, true),
@@ -37,16 +28,7 @@ func Requests(f sdk.Family) []sdk.Request {
 // size, token counts 1 to 256 around the GEMV limit, with and without
 // bias. Each candidate runs the ones it admits.
 func GPURequests() []sdk.Request {
-	a := func(tokens, in, out, bits, group int, bias bool) sdk.Request {
-		phase := sdk.PhaseDecode
-		if tokens > 8 {
-			phase = sdk.PhasePrefill
-		}
-		return sdk.Request{
-			Family: sdk.FamilyAffine, Phase: phase, Tokens: tokens, InFeatures: in, OutFeatures: out,
-			Weight: sdk.Format{Kind: "affine", Bits: bits, GroupSize: group}, Activation: sdk.BF16, Bias: bias,
-		}
-	}
+	a := affineRequest
 	return []sdk.Request{
 		a(1, 4096, 4096, 4, 64, false),
 		a(1, 5120, 13824, 4, 64, false),
@@ -70,5 +52,17 @@ func GPURequests() []sdk.Request {
 		a(1, 2880, 2880, 6, 32, false),
 		a(7, 2048, 8192, 8, 64, false),
 		a(200, 896, 4864, 6, 64, false),
+	}
+}
+
+// affineRequest is an affine request; more than 8 tokens is prefill.
+func affineRequest(tokens, in, out, bits, group int, bias bool) sdk.Request {
+	phase := sdk.PhaseDecode
+	if tokens > 8 {
+		phase = sdk.PhasePrefill
+	}
+	return sdk.Request{
+		Family: sdk.FamilyAffine, Phase: phase, Tokens: tokens, InFeatures: in, OutFeatures: out,
+		Weight: sdk.Format{Kind: "affine", Bits: bits, GroupSize: group}, Activation: sdk.BF16, Bias: bias,
 	}
 }

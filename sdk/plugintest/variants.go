@@ -1,0 +1,59 @@
+package plugintest
+
+import (
+	"testing"
+
+	"github.com/kcand/kcand/cuda"
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/gpukernel"
+)
+
+// Choice is what a GPU plugin decides for a request: the kernel variant and
+// its launch. OK false means the plugin does not serve the request.
+type Choice struct {
+	OK          bool
+	Variant     gpukernel.Variant
+	Grid, Block [3]uint32
+	SharedBytes uint32
+}
+
+// h100Limits are the launch limits of an H100/H200 (132 SMs, 227 KiB of
+// opt-in shared memory per block).
+const (
+	h100SMs          = 132
+	h100SharedOptIn  = 232448
+	h100MaxThreads   = 1024
+	compileTargetMaj = 9
+)
+
+// CompileVariants compiles, with NVRTC for sm_90, the variant choose picks
+// for every request of GPURequests, and checks that its launch fits an
+// H100/H200. It needs only NVRTC, no GPU, and skips without one.
+func CompileVariants(t *testing.T, src gpukernel.Source, choose func(req sdk.Request, sms int) Choice) {
+	comp, err := cuda.NewCompiler(cuda.WithoutKernelCache())
+	if err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	target := cuda.ComputeCapability{Major: compileTargetMaj, Minor: 0}.Target(false)
+	seen := map[string]bool{}
+	for _, req := range GPURequests() {
+		c := choose(req, h100SMs)
+		if !c.OK {
+			continue
+		}
+		if c.SharedBytes > h100SharedOptIn || c.Block[0] > h100MaxThreads || c.Grid[0] == 0 {
+			t.Errorf("%s: launch grid %v block %v shared %d does not fit", req.Key(), c.Grid, c.Block, c.SharedBytes)
+		}
+		name := c.Variant.String()
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		out, err := comp.Compile(cuda.Source{Name: src.Name, Code: src.Code, Options: gpukernel.Options(c.Variant)}, target)
+		if err != nil {
+			t.Errorf("%s: %v", req.Key(), err)
+			continue
+		}
+		t.Logf("%s: %s compiled (%d bytes, %s)", req.Key(), name, len(out.Image), out.Format)
+	}
+}
