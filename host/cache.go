@@ -253,12 +253,16 @@ func (c *Cache) Save() error {
 	return nil
 }
 
+// createTemp makes the temporary file a cache write goes through; tests
+// replace it to make writes fail as a full disk would.
+var createTemp = os.CreateTemp
+
 func writeAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	tmp, err := createTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
 	}

@@ -183,3 +183,33 @@ func TestRemoteRunsUseTheDoorbell(t *testing.T) {
 		})
 	}
 }
+
+// TestPluginsSeeOnlyTheirCallsBuffers runs a candidate that fails whenever
+// a call hands it a buffer the call does not need, through tuning and the
+// engine API on both transports.
+func TestPluginsSeeOnlyTheirCallsBuffers(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", pluginSpy)
+	cfg.policy.Force = nil
+	h := cfg.open(t)
+	req := affineRequest(1, 256, 64, 4, 64)
+	d, err := h.Measure(context.Background(), req)
+	require.NoError(t, err)
+	for _, m := range d.Measurements {
+		assert.NotEqual(t, VerdictFailed, m.Verdict, "%s: %s", m.Candidate, m.Reason)
+	}
+	cfg.policy.Force = map[string]string{"affine": "spy"}
+	forced := cfg.open(t)
+	plan, err := forced.Plan(context.Background(), req)
+	require.NoError(t, err)
+	sample := affine.RandomSample(req, 4)
+	w, err := forced.RegisterWeights(req, sample.Weights)
+	require.NoError(t, err)
+	defer w.Close()
+	exe, err := plan.Bind(context.Background(), w)
+	require.NoError(t, err)
+	defer exe.Close()
+	io := ioBuffers(t, forced, req, sample)
+	require.NoError(t, exe.Run(context.Background(), nil, io))
+	require.NoError(t, affine.Check(readY(t, forced, io), affine.Reference(req, sample.Weights, sample.Inputs[affine.X])))
+	assert.Equal(t, "spy", exe.Plan().Candidate, "the spy served the run, so it saw no foreign buffer")
+}

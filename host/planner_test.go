@@ -378,3 +378,37 @@ func TestPolicyFromFileAndEnvironment(t *testing.T) {
 	_, err = DefaultPolicy().LoadPolicyFile(filepath.Join(t.TempDir(), "missing.json"))
 	assert.Error(t, err)
 }
+
+// TestFailedCacheWriteLeavesTheOldFileIntact makes every write fail as on a
+// full disk (the temporary file takes no bytes): the previous cache file
+// stays byte for byte, the temporary file is removed, the plan is served.
+func TestFailedCacheWriteLeavesTheOldFileIntact(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", "gemv")
+	first := cfg.open(t)
+	_, err := first.Plan(context.Background(), decodeKeys(1)[0])
+	require.NoError(t, err)
+	first.Close()
+	before, err := os.ReadFile(cfg.cache)
+	require.NoError(t, err)
+
+	createTemp = func(dir, pattern string) (*os.File, error) {
+		f, err := os.CreateTemp(dir, pattern)
+		if err != nil {
+			return nil, err
+		}
+		name := f.Name()
+		f.Close()
+		return os.Open(name) // read-only: every write fails
+	}
+	t.Cleanup(func() { createTemp = os.CreateTemp })
+	second := cfg.open(t)
+	p, err := second.Plan(context.Background(), decodeKeys(2)[1])
+	require.NoError(t, err)
+	assert.Equal(t, SourceMeasured, p.Source)
+	assert.Len(t, cfg.logs.lines("plan cache not written; keeping the plan in memory"), 1)
+	after, err := os.ReadFile(cfg.cache)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "the old cache file is intact")
+	leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(cfg.cache), ".plans.json.tmp-*"))
+	assert.Empty(t, leftovers, "no temporary file is left behind")
+}

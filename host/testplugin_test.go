@@ -1,6 +1,8 @@
 package host
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -21,6 +23,7 @@ const (
 	pluginOracle   = "oracle"   // candidate "oracle": the float64 reference, correct
 	pluginBadPlan  = "badplan"  // candidate "badplan" exports a launch plan naming an unknown buffer
 	pluginGPUFault = "gpufault" // CUDA candidate "gpufault" whose kernel writes to an illegal address
+	pluginSpy      = "spy"      // candidate "spy" fails when handed a buffer its call does not need
 )
 
 // serveTestPlugin serves the behaviour named by the binary's file name.
@@ -38,6 +41,8 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, refcandidate.Candidate{Name: "badplan", Export: badPlan})
 	case pluginGPUFault:
 		sdk.Serve(opts, gpuFault{})
+	case pluginSpy:
+		sdk.Serve(opts, spy{refcandidate.Candidate{Name: "spy"}})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)
@@ -83,4 +88,47 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// spy is the reference candidate, except that it refuses a prepare that
+// carries anything but the request's weights and an execute that carries
+// anything but its inputs, outputs and workspace: plugins must see only
+// the buffers of the call they serve.
+type spy struct{ refcandidate.Candidate }
+
+func (s spy) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	if err := onlyBindings("weights", weights, affine.WeightSizes(req)); err != nil {
+		return nil, err
+	}
+	p, err := s.Candidate.Prepare(ctx, env, req, weights)
+	if err != nil {
+		return nil, err
+	}
+	return spyPrepared{p, req}, nil
+}
+
+type spyPrepared struct {
+	sdk.Prepared
+	req sdk.Request
+}
+
+func (p spyPrepared) Execute(ctx context.Context, io sdk.Buffers) error {
+	allowed := affine.InputSizes(p.req)
+	for k, v := range affine.OutputSizes(p.req) {
+		allowed[k] = v
+	}
+	allowed[sdk.BufferWorkspace] = 0
+	if err := onlyBindings("io", io, allowed); err != nil {
+		return err
+	}
+	return p.Prepared.Execute(ctx, io)
+}
+
+func onlyBindings(what string, got sdk.Buffers, allowed map[string]int64) error {
+	for name := range got {
+		if _, ok := allowed[name]; !ok {
+			return fmt.Errorf("spy: %s carried buffer %q, which this call does not need", what, name)
+		}
+	}
+	return nil
 }
