@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/kcand/kcand/host"
-	"github.com/kcand/kcand/sdk"
 )
 
 // Scenarios lists every scenario in report order.
@@ -265,6 +264,3 @@ func firstLine(s string) string {
 	}
 	return s
 }
-
-// Request keys the suite plans, exported for documentation.
-var _ = sdk.FamilyAffine
