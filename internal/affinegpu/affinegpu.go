@@ -34,9 +34,6 @@ func Admit(req sdk.Request, hw device.Profile) (bool, string) {
 	return true, ""
 }
 
-// CCAtLeast reports whether a compute capability string ("9.0") is at least major.
-func CCAtLeast(cc string, major int) bool { return ccMajor(cc) >= major }
-
 func ccMajor(cc string) int {
 	head, _, _ := strings.Cut(cc, ".")
 	v, err := strconv.Atoi(head)

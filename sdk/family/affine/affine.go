@@ -18,7 +18,6 @@
 package affine
 
 import (
-	"fmt"
 	"sort"
 
 	"github.com/kcand/kcand/sdk/errdefs"
@@ -162,11 +161,6 @@ func contains(list []int, v int) bool {
 		}
 	}
 	return false
-}
-
-// Describe names the request's shape for messages.
-func Describe(req spec.Request) string {
-	return fmt.Sprintf("%d→%d q%d g%d tokens=%d", req.InFeatures, req.OutFeatures, req.Weight.Bits, req.Weight.GroupSize, req.Tokens)
 }
 
 // UnpackRow unpacks every value of a packed row into dst. Every run of 8
