@@ -77,10 +77,16 @@ func TestMeasureTimesBothCandidatesAndExplainsTheChoice(t *testing.T) {
 	h := openHost(t, "qmm", "gemv", "mxfp4", "fp8tc")
 	d, err := h.Measure(context.Background(), affineRequest(1, 1024, 512, 4, 64))
 	require.NoError(t, err)
-	require.Len(t, d.Measurements, 2)
+	// qmm and gemv are timed; gemv/tensor-core runs on CUDA only and says so.
+	require.Len(t, d.Measurements, 3)
 	assert.Equal(t, "qmm", d.Measurements[0].Candidate, "fallback first")
 	chosen := 0
 	for _, m := range d.Measurements {
+		if m.Candidate == "gemv/tensor-core" {
+			assert.Equal(t, VerdictRefused, m.Verdict)
+			assert.Contains(t, m.Reason, "cpu")
+			continue
+		}
 		assert.Greater(t, m.Timing.Mean, 0.0, "%s timed (%s: %s)", m.Candidate, m.Verdict, m.Reason)
 		assert.GreaterOrEqual(t, m.Timing.Iterations, 5)
 		if m.Verdict == VerdictChosen {

@@ -42,9 +42,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 GEMV_CU = ROOT / "plugins" / "gemv" / "kernels" / "gemv.cu"
 QMM_CU = ROOT / "plugins" / "qmm" / "kernels" / "qmm.cu"
+STREAM_CU = ROOT / "internal" / "affinegpu" / "kernels" / "stream.cu"
+ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream"}
 
 SMS = 132                 # H200 streaming multiprocessors (replaced by the device's count)
-KERNELS = ()              # --kernel filter: () = both
+KERNELS = ()              # --kernel filter: () = all
+STREAM_ONLY = False       # --sweep times alternative configs of affine_stream only
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
 
@@ -115,6 +118,58 @@ QMM_CONFIGS = {
     "m128": (64, 128, 128, 1, 4, 2, 3),  # 65..192
     "l": (128, 128, 64, 2, 4, 1, 4),     # > 192
 }
+
+
+STREAM_BITS = (4, 8)
+
+
+def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
+                  **over) -> dict | None:
+    """Macros for affine_stream (tokens 1..32, 4 or 8 bits), or None when it does not apply
+    (other bit widths, or no step of 128 or 256 packed bytes per row dividing the groups).
+
+    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp, 128-byte
+    steps, two ring slots, and as many warps per block (up to 8) as it takes
+    to give the grid ~12 warps per SM."""
+    if bits not in STREAM_BITS or tokens > 32:
+        return None
+    sms = sms or SMS
+    groups = in_f // group
+    gbytes = group * bits // 8
+    u = next((v for v in (128 // gbytes, 256 // gbytes) if v >= 1 and groups % v == 0), None)
+    if u is None:
+        return None
+    nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
+    mt = 2 if nt < 4 else 1
+    blocks = -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
+    kw = 1
+    while kw < 8 and blocks * kw < 12 * sms and groups // u >= 2 * kw:
+        kw *= 2
+    cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)
+    cfg.update(over)
+    if groups % cfg["U"] or (cfg["U"] * gbytes) % 128 or (cfg["MT"] == 4 and cfg["NT"] != 1):
+        return None
+    return cfg
+
+
+def stream_smem_bytes(cfg: dict) -> int:
+    rows = 16 * cfg["MT"]
+    gbytes = cfg["GROUP"] * cfg["BITS"] // 8
+    wpt = cfg["GROUP"] * cfg["BITS"] // 128
+    seg = cfg["U"] * gbytes
+    wstride = seg + (16 if wpt == 8 else 16 * wpt)
+    sstride = max(16, 2 * cfg["U"])
+    slot = rows * wstride + 2 * rows * sstride
+    ring = cfg["KW"] * cfg["D"] * slot
+    red = 4 * cfg["KW"] * rows * 8 * cfg["NT"] if cfg["KW"] > 1 else 0
+    return max(ring, red)
+
+
+def stream_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
+    """(grid, block, dynamic shared bytes) for affine_stream."""
+    mt, nt, kw = cfg["MT"], cfg["NT"], cfg["KW"]
+    grid = (-(-out_f // (16 * mt)), -(-tokens // (8 * nt)), 1)
+    return grid, (32 * kw, 1, 1), stream_smem_bytes(cfg)
 
 
 # Resident blocks per SM each tile is sized for (shared memory / registers).
@@ -322,7 +377,7 @@ def get_kernel(path: Path, cfg: dict, smem: int):
         compile_all([(path, cfg)])
     m = _modules[k]
     if m["kernel"] is None:
-        name = "affine_gemv" if path == GEMV_CU else "affine_qmm"
+        name = ENTRY[path]
         art = m["artifact"]
         if "cubin" in art:
             mod = cupy.RawModule(path=str(art["cubin"]))
@@ -468,6 +523,10 @@ def run_kernel(kind, wt, x, tokens, cfg=None):
         cfg = cfg or gemv_config(bits, group, tokens, in_f, out_f)
         grid, block, smem = gemv_launch_for(cfg, tokens, in_f, out_f)
         path = GEMV_CU
+    elif kind == "stream":
+        cfg = cfg or stream_config(bits, group, tokens, in_f, out_f)
+        grid, block, smem = stream_launch(cfg, tokens, in_f, out_f)
+        path = STREAM_CU
     else:
         cfg = cfg or qmm_config(bits, group, tokens, in_f, out_f)
         grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
@@ -543,6 +602,7 @@ def run_correctness(quick: bool) -> bool:
     cases = correctness_cases(quick)
     tokens_q = (1, 3, 7, 33)
     tokens_g = (1, 3, 7)
+    tokens_s = (1, 3, 7, 16, 29)
     variants = []
     for in_f, out_f, b, g, _ in cases:
         if not KERNELS or "gemv" in KERNELS:
@@ -551,16 +611,23 @@ def run_correctness(quick: bool) -> bool:
         if not KERNELS or "qmm" in KERNELS:
             for t in tokens_q:
                 variants.append((QMM_CU, qmm_config(b, g, t, in_f, out_f)))
+        if not KERNELS or "stream" in KERNELS:
+            for t in tokens_s:
+                c = stream_config(b, g, t, in_f, out_f)
+                if c:
+                    variants.append((STREAM_CU, c))
     compile_all(variants)
     n_ok = n_all = 0
     t0 = time.time()
     for ci, (in_f, out_f, b, g, bias) in enumerate(cases):
         wt = Weights(b, g, in_f, out_f, bias, seed=1000 + ci)
         gen = torch.Generator(device="cuda").manual_seed(ci)
-        for t in tokens_q:
+        for t in sorted(set(tokens_q) | set(tokens_s)):
             x = (torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
             ref = wt.reference(x)
-            kinds = ("gemv", "qmm") if t in tokens_g else ("qmm",)
+            kinds = tuple(k for k, ts in (("gemv", tokens_g), ("qmm", tokens_q), ("stream", tokens_s)) if t in ts)
+            if stream_config(b, g, t, in_f, out_f) is None:
+                kinds = tuple(k for k in kinds if k != "stream")
             for kind in kinds:
                 if KERNELS and kind not in KERNELS:
                     continue
@@ -575,8 +642,9 @@ def run_correctness(quick: bool) -> bool:
                 n_all += 1
                 n_ok += ok
                 extra = (f"tile={qmm_tile_for_tokens(t)} ksplit={cfg['KSPLIT']} wcp={cfg['WCP']}" if kind == "qmm"
+                         else " ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("BITS", "GROUP")) if kind == "stream"
                          else f"rows={cfg['ROWS']} unroll={cfg['UNROLL']} vals={cfg['VALS']} loadw={cfg['LOADW']} xsmem={cfg['XSMEM']}")
-                print(f"{'PASS' if ok else 'FAIL'} {kind:4s} {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t={t:<2d} "
+                print(f"{'PASS' if ok else 'FAIL'} {kind:6s} {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t={t:<2d} "
                       f"bias={int(bias)}  {detail}  [{extra}]", flush=True)
         del wt
     print(f"correctness: {n_ok}/{n_all} passed ({time.time() - t0:.1f}s)", flush=True)
@@ -636,6 +704,9 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
     if kind == "gemv":
         grid, block, smem = gemv_launch_for(cfg, tokens, in_f, out_f)
         path = GEMV_CU
+    elif kind == "stream":
+        grid, block, smem = stream_launch(cfg, tokens, in_f, out_f)
+        path = STREAM_CU
     else:
         grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
         path = QMM_CU
@@ -660,10 +731,12 @@ def run_bench(quick: bool, sweep: bool):
             variants.append((QMM_CU, qmm_config(bits, group, t, in_f, out_f)))
             if t <= 8:
                 variants.append((GEMV_CU, gemv_config(bits, group, t, in_f, out_f)))
+            if stream_config(bits, group, t, in_f, out_f):
+                variants.append((STREAM_CU, stream_config(bits, group, t, in_f, out_f)))
             if sweep:
                 variants += [(p, c) for _, p, c in sweep_configs(bits, group, t, in_f, out_f)]
     if KERNELS:
-        variants = [v for v in variants if (v[0] == GEMV_CU) == ("gemv" in KERNELS)]
+        variants = [v for v in variants if {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream"}[v[0]] in KERNELS]
     compile_all(variants)
 
     print()
@@ -684,6 +757,8 @@ def run_bench(quick: bool, sweep: bool):
             if t <= 8:
                 rows.append(("gemv", gemv_config(bits, group, t, in_f, out_f), True))
             rows.append(("qmm", qmm_config(bits, group, t, in_f, out_f), True))
+            if stream_config(bits, group, t, in_f, out_f):
+                rows.append(("stream", stream_config(bits, group, t, in_f, out_f), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
@@ -712,10 +787,10 @@ def target_mark(kind, in_f, out_f, t, sp, bw):
     """DESIGN.md targets (int4 g64): GEMV tokens=1 on shapes with >= 64 MB of bf16
     weights: >= 3.2x the bf16 anchor and >= 85% of 4.3 TB/s; QMM: >= 2.5x at 16
     tokens, >= 1.0x at 256, >= 0.8x at 4096."""
-    if kind.startswith("gemv") and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
+    if kind.startswith(("gemv", "stream")) and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
         ok = sp >= 3.2 and bw >= 0.85 * PEAK_BW
         return f"{'MET ' if ok else 'MISS'} (>=3.2x and >=3.66 TB/s)"
-    if kind.startswith("qmm"):
+    if kind.startswith(("qmm", "stream")):
         need = {16: 2.5, 256: 1.0, 4096: 0.8}.get(t)
         if need is not None:
             return f"{'MET ' if sp >= need else 'MISS'} (>={need}x)"
@@ -734,6 +809,18 @@ def sweep_configs(bits, group, t, in_f, out_f):
             c = dict(base, ROWS=rows, UNROLL=unroll, WARPS=warps)
             if c != base:
                 out.append(("gemv", GEMV_CU, c))
+    sbase = stream_config(bits, group, t, in_f, out_f)
+    if sbase:
+        gbytes = group * bits // 8
+        for mt in (1, 2):
+            for kw in (2, 4, 8):
+                for u in (128 // gbytes, 256 // gbytes):
+                    for d in (2, 3):
+                        c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d)
+                        if c and c != sbase and stream_smem_bytes(c) <= 200 * 1024:
+                            out.append(("stream", STREAM_CU, c))
+    if STREAM_ONLY:
+        return out
     base = qmm_config(bits, group, t, in_f, out_f)
     for ks in (1, 2, 4):
         if ks != base["KSPLIT"] and -(-in_f // base["BK"]) >= 2 * ks:
@@ -754,7 +841,7 @@ def print_resources():
     print("\n# ptxas resource usage of compiled variants")
     for k, m in sorted(_modules.items(), key=lambda kv: str(kv[0])):
         cfg = m["cfg"]
-        name = "gemv" if m["path"] == GEMV_CU else "qmm"
+        name = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream"}[m["path"]]
         desc = " ".join(f"{a}={b}" for a, b in _macros(cfg).items())
         print(f"#   {name:4s} {desc}: {ptxas_summary(m['artifact'].get('log', ''))}")
 
@@ -765,10 +852,20 @@ def main():
     ap.add_argument("--only", choices=("correctness", "bench"), help="run one part")
     ap.add_argument("--sweep", action="store_true", help="also time alternative launch configs")
     ap.add_argument("--resources", action="store_true", help="print ptxas usage of every variant")
-    ap.add_argument("--kernel", choices=("gemv", "qmm"), help="test/time one kernel only")
+    ap.add_argument("--kernel", choices=("gemv", "qmm", "stream"), action="append",
+                    help="test/time these kernels only (repeatable)")
+    ap.add_argument("--tokens", help="comma-separated benchmark token counts (default 1,4,16,256,4096)")
+    ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
+    ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     args = ap.parse_args()
     global KERNELS
-    KERNELS = (args.kernel,) if args.kernel else ()
+    KERNELS = tuple(args.kernel or ())
+    global STREAM_ONLY, BENCH_TOKENS, BENCH_SHAPES
+    STREAM_ONLY = args.stream_sweep
+    if args.tokens:
+        BENCH_TOKENS = tuple(int(v) for v in args.tokens.split(","))
+    if args.shapes:
+        BENCH_SHAPES = [tuple(int(v) for v in sh.replace("->", "x").split("x")) for sh in args.shapes.split(",")]
 
     import torch
     import cupy

@@ -19,3 +19,9 @@ func TestGPUShapes(t *testing.T) {
 func TestVariantsCompile(t *testing.T) {
 	plugintest.CompileVariants(t, gpukernel.Source{Name: sourceName, Code: kernelSource}, choice)
 }
+
+// TestTensorCoreVariantsCompile compiles every stream-kernel variant
+// gemv/tensor-core would choose for the GPU test shapes.
+func TestTensorCoreVariantsCompile(t *testing.T) {
+	plugintest.CompileVariants(t, gpukernel.Source{Name: sourceName, Code: kernelSource}, tensorCoreChoice)
+}

@@ -2,7 +2,9 @@
 // 8 tokens that reads each weight once and folds the group bias into a
 // per-group sum of the input. On a GPU it runs kernels/gemv.cu, compiled by
 // NVRTC per variant and exported for the host to launch; on the CPU device,
-// a Go version of the same method.
+// a Go version of the same method. A second candidate, gemv/tensor-core,
+// streams 4- and 8-bit weights through the tensor cores (GPU only); the
+// host times both and keeps the faster per shape.
 package main
 
 import (
@@ -66,5 +68,5 @@ func (gemv) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk
 }
 
 func main() {
-	sdk.Serve(sdk.Options{Name: "gemv", Version: version}, gemv{})
+	sdk.Serve(sdk.Options{Name: "gemv", Version: version}, gemv{}, gemvTensorCore{})
 }

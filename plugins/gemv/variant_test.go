@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/kcand/kcand/internal/affinegpu"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/gpukernel"
 	"github.com/kcand/kcand/sdk/plugintest"
@@ -14,4 +15,18 @@ func choice(req sdk.Request, sms int) plugintest.Choice {
 	cfg := chooseGEMV(req, sms)
 	grid, block, shared := cfg.launch(req, sms, 2)
 	return plugintest.Choice{OK: true, Variant: gpukernel.Variant{Entry: entryPoint, Defines: cfg.defines()}, Grid: grid, Block: block, SharedBytes: shared}
+}
+
+// tensorCoreChoice is what gemv/tensor-core prepares.
+func tensorCoreChoice(req sdk.Request, sms int) plugintest.Choice {
+	if req.Tokens > maxTokens {
+		return plugintest.Choice{}
+	}
+	sc, why := affinegpu.ChooseStream(req, sms)
+	if why != "" {
+		return plugintest.Choice{}
+	}
+	grid, block, shared := sc.Launch(req)
+	return plugintest.Choice{OK: true, Source: &affinegpu.StreamSource,
+		Variant: gpukernel.Variant{Entry: affinegpu.StreamEntry, Defines: sc.Defines()}, Grid: grid, Block: block, SharedBytes: shared}
 }

@@ -52,6 +52,13 @@ func GPURequests() []sdk.Request {
 		a(1, 2880, 2880, 6, 32, false),
 		a(7, 2048, 8192, 8, 64, false),
 		a(200, 896, 4864, 6, 64, false),
+		// the stream kernel: 4 and 8 bits, decode and small batches
+		a(3, 4096, 4104, 4, 32, true),
+		a(1, 14336, 4096, 4, 64, false),
+		a(5, 2048, 2056, 8, 64, true),
+		a(12, 4096, 4096, 8, 32, false),
+		a(24, 2048, 8192, 4, 128, true),
+		a(29, 5120, 1032, 4, 64, false),
 	}
 }
 

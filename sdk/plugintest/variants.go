@@ -12,6 +12,7 @@ import (
 // its launch. OK false means the plugin does not serve the request.
 type Choice struct {
 	OK          bool
+	Source      *gpukernel.Source // when set, the variant's source (else CompileVariants' src)
 	Variant     gpukernel.Variant
 	Grid, Block [3]uint32
 	SharedBytes uint32
@@ -44,12 +45,16 @@ func CompileVariants(t *testing.T, src gpukernel.Source, choose func(req sdk.Req
 		if c.SharedBytes > h100SharedOptIn || c.Block[0] > h100MaxThreads || c.Grid[0] == 0 {
 			t.Errorf("%s: launch grid %v block %v shared %d does not fit", req.Key(), c.Grid, c.Block, c.SharedBytes)
 		}
-		name := c.Variant.String()
+		vs := src
+		if c.Source != nil {
+			vs = *c.Source
+		}
+		name := vs.Name + " " + c.Variant.String()
 		if seen[name] {
 			continue
 		}
 		seen[name] = true
-		out, err := comp.Compile(cuda.Source{Name: src.Name, Code: src.Code, Options: gpukernel.Options(c.Variant)}, target)
+		out, err := comp.Compile(cuda.Source{Name: vs.Name, Code: vs.Code, Options: gpukernel.Options(c.Variant)}, target)
 		if err != nil {
 			t.Errorf("%s: %v", req.Key(), err)
 			continue

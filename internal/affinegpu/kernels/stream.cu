@@ -1,0 +1,441 @@
+// stream.cu: weight-streaming tensor-core kernel for the affine family
+// (MLX affine-quantised weights) at few tokens: decode (1..8) and small
+// batches (up to 32). Memory bound by design: every weight byte is read once
+// in whole cache lines, and the multiply-adds run on the tensor cores so that
+// the instruction stream stays short.
+//
+//   y[t][o] = sum_i x[t][i] * (scale[o][i/g] * q[o][i] + biases[o][i/g])  (+ bias[o])
+//
+// Compiled at run time by NVRTC for sm_90 (mma.sync bf16; no #include: bf16
+// travels as unsigned short). NVRTC options: -arch=sm_90 -std=c++17 plus the
+// -D macros below. Entry point is extern "C" (unmangled).
+//
+// ENTRY POINT
+//   extern "C" __global__ void affine_stream(
+//       const unsigned short* x,       // bf16 [tokens][in_features]
+//       const unsigned int*   weight,  // uint32 [out_features][in_features*BITS/32]
+//       const unsigned short* scales,  // bf16 [out_features][in_features/GROUP]
+//       const unsigned short* biases,  // bf16 [out_features][in_features/GROUP]
+//       const unsigned short* bias,    // bf16 [out_features], or 0 (null) for none
+//       unsigned short*       y,       // bf16 [tokens][out_features]
+//       int tokens, int in_features, int out_features)
+//   Buffers must be 16-byte aligned; out_features % 8 == 0; in_features % GROUP == 0.
+//
+// MACROS (-D)
+//   BITS   4 or 8               GROUP  32, 64 or 128
+//   MT     16-row m-tiles per warp (1 or 2; 4 only with NT = 1): a block
+//          covers ROWS = 16*MT output rows
+//   NT     8-token n-tiles per block (1, 2 or 4): blockIdx.y walks 8*NT-token tiles
+//   KW     warps per block (1..8); each takes every KW-th step of the rows
+//   U      groups per step (1..16, a power of two): SEG = U*GROUP*BITS/8
+//          packed bytes per row and step, a multiple of 128; in/GROUP % U == 0
+//   D      ring slots per warp (2..4): D-1 steps are in flight while one is used
+//
+// LAUNCH (host computes; Go: internal/affinegpu/stream.go, Python:
+// scripts/affine_kernels.py stream_config / stream_smem_bytes)
+//   block = 32*KW threads, grid = (ceil(out/ROWS), ceil(tokens/(8*NT)), 1)
+//   dynamic shared memory = max(KW*D*SLOT, KW > 1 ? 4*KW*ROWS*8*NT : 0) with
+//     WPT = GROUP*BITS/128, WSTRIDE = SEG + (WPT == 8 ? 16 : 16*WPT),
+//     SSTRIDE = max(16, 2*U), SLOT = ROWS*WSTRIDE + 2*ROWS*SSTRIDE
+//
+// METHOD
+//   Each warp streams its steps through a private ring of D shared-memory
+//   slots with cp.async (16-byte pieces; a warp instruction covers whole
+//   128-byte lines of a row), so no block-wide barrier is needed until the
+//   end. Row strides are padded so that fragment reads hit distinct banks.
+//   mma.sync m16n8k16 takes the weights as the A operand (rows = output
+//   features) and x as B (columns = tokens). The four lanes of a quad
+//   (tig = lane%4) share A rows g and g+8 (g = lane/4) and split each k16 step
+//   between them, so within one group each lane owns a contiguous run of
+//   GROUP/4 values of both rows. A dot product does not care about the order
+//   of k, so a lane feeds its run to the mma in whatever order unpacking is
+//   cheapest and permutes x the same way:
+//     4 bits: word w (nibbles v0..v7) gives the bf16 pairs (v_j, v_j+4) for
+//             j = 0..3 as lop3(w >> 4j, 0x000F000F, 0x43004300) = 128 + v,
+//             exact; x pairs (x_j, x_j+4) are one prmt each.
+//     8 bits: q = l + 16h is read as two nibble streams; the h stream meets
+//             16*x (exact: a power of two), so the same lop3 unpacking serves.
+//   x comes from global memory (L1), one group ahead of its use. The mma's
+//   fp32 accumulator t for one group is folded as
+//       acc += s*t + (b - C*s)*xsum,   C = 128 (4 bits) or 128*17 (8 bits),
+//   exact algebra of s*q + b. xsum (per token and group) comes from one more
+//   mma of the same x fragments against a matrix of ones, landing in the
+//   accumulator layout the fold needs. The KW warps of a block add their
+//   partial sums through shared memory once at the end, then round to bf16
+//   (RNE).
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+#if !defined(BITS) || !defined(GROUP) || !defined(MT) || !defined(NT) || !defined(KW) || !defined(U)
+#error "affine_stream needs -DBITS -DGROUP -DMT -DNT -DKW -DU"
+#endif
+#ifndef D
+#define D 2
+#endif
+
+#if BITS != 4 && BITS != 8
+#error "BITS must be 4 or 8"
+#endif
+#if GROUP != 32 && GROUP != 64 && GROUP != 128
+#error "GROUP must be 32, 64 or 128"
+#endif
+#if (MT != 1 && MT != 2 && MT != 4) || (NT != 1 && NT != 2 && NT != 4) || KW < 1 || KW > 8 || (MT == 4 && NT != 1)
+#error "need MT in {1,2,4}, NT in {1,2,4} (NT = 1 when MT = 4) and 1 <= KW <= 8"
+#endif
+#if U != 1 && U != 2 && U != 4 && U != 8 && U != 16
+#error "U must be 1, 2, 4, 8 or 16"
+#endif
+#if D < 2 || D > 4
+#error "D must be 2, 3 or 4"
+#endif
+
+#define VPT (GROUP / 4)              // values per lane, row and group
+#define WPT (VPT * BITS / 32)        // packed words per lane, row and group
+#define XPW (32 / BITS)              // values (and x elements) per packed word
+#define XLD (GROUP / 32)             // 16-byte x loads per lane, token and group
+#if BITS == 4
+#define OFFSET 128.0f
+#else
+#define OFFSET 2176.0f
+#endif
+
+#define KC_DEV __device__ __forceinline__
+struct alignas(16) kc_u4 { u32 x, y, z, w; };
+
+KC_DEV float kc_bf16(u32 h) { return __uint_as_float(h << 16); }
+KC_DEV u16 kc_to_bf16(float f) {
+    u16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+// x is small and shared by every warp: keep it in L1.
+KC_DEV kc_u4 kc_ldx(const u16* p) {
+    kc_u4 r;
+    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+KC_DEV u32 kc_ldh(const u16* p) {
+    u16 r;
+    asm("ld.global.nc.u16 %0, [%1];" : "=h"(r) : "l"(p));
+    return r;
+}
+KC_DEV u32 kc_prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+// bf16 pair (128 + (w >> 4j) & 15, 128 + (w >> (4j+16)) & 15).
+KC_DEV u32 kc_nib(u32 w, int j) {
+    u32 d;
+    const u32 v = w >> (4 * j);
+    asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(d) : "r"(v));   // (a & b) | c
+    return d;
+}
+KC_DEV u32 kc_times16(u32 pair) {
+    u32 d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(pair), "r"(0x41804180u));   // * (16, 16), exact
+    return d;
+}
+// c = a*b (+ c when acc), m16n8k16 bf16 -> fp32.
+KC_DEV void kc_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, bool acc) {
+    const float z = 0.f;
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),
+          "f"(acc ? c[0] : z), "f"(acc ? c[1] : z), "f"(acc ? c[2] : z), "f"(acc ? c[3] : z));
+}
+
+KC_DEV u32 kc_smem(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+KC_DEV void kc_cp16(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
+KC_DEV void kc_cp8(u32 dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" :: "r"(dst), "l"(src) : "memory");
+}
+KC_DEV void kc_cp4(u32 dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(dst), "l"(src) : "memory");
+}
+KC_DEV void kc_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+
+// Per-warp ring slot: ROWS rows of SEG packed bytes (row stride WSTRIDE), then
+// the rows' U scales and U biases (stride SSTRIDE each).
+#define ROWS (16 * MT)
+#define GBYTES (GROUP * BITS / 8)            // packed bytes per row and group
+#define SEG (U * GBYTES)                     // packed bytes per row and step
+#define WSTRIDE (SEG + (WPT == 8 ? 16 : 16 * WPT))   // padding: fragment reads hit distinct banks
+#define SSEG (2 * U)                         // scale bytes per row and step
+#define SCP (SSEG < 16 ? SSEG : 16)          // bytes per cp.async of scales
+#define SSTRIDE (SSEG < 16 ? 16 : SSEG)
+#define SLOT (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
+#if SEG % 128 != 0
+#error "U*GROUP*BITS/8 must be a multiple of 128"
+#endif
+
+
+extern "C" __global__ void __launch_bounds__(32 * KW)
+affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
+              const u16* __restrict__ scales, const u16* __restrict__ biases,
+              const u16* __restrict__ bias, u16* __restrict__ y,
+              int tokens, int in_features, int out_features)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int in = in_features;
+    const int out = out_features;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int g = lane >> 2;
+    const int tig = lane & 3;
+    const int row0 = blockIdx.x * ROWS;
+    const int tok0 = blockIdx.y * (8 * NT);
+    const int groups = in / GROUP;                  // a multiple of U (host checks)
+    const long long row_bytes = (long long)in * BITS / 8;
+    const int nsteps = groups / U;
+    unsigned char* ring = smem + warp * (D * SLOT);
+    const u32 ring_s = kc_smem(ring);
+    const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(weight);
+
+    // Copy step st into ring slot d: every lane moves 16-byte pieces of the
+    // rows (a warp instruction covers whole 128-byte lines), then the scales
+    // and biases. Rows past the end copy row out-1 (never stored). Sources
+    // and destinations are computed once here; a step only adds its offset.
+    constexpr int LPR = SEG / 16;                       // lanes per row piece
+    constexpr int NCP = ROWS * SEG / 16 / 32;           // weight copies per lane and step
+    constexpr int SPR = SSEG / SCP;                     // scale copies per row
+    constexpr int NSC = (2 * ROWS * SPR + 31) / 32;     // scale copies per lane and step
+    const unsigned char* wsrc[NCP];
+#pragma unroll
+    for (int i = 0; i < NCP; ++i) {
+        const int r = lane / LPR + i * (32 / LPR);
+        wsrc[i] = wbytes + (long long)min(row0 + r, out - 1) * row_bytes + (lane % LPR) * 16;
+    }
+    const u32 wdst = ring_s + (lane / LPR) * WSTRIDE + (lane % LPR) * 16;
+    const u16* ssrc[NSC];
+    u32 sdst[NSC];
+#pragma unroll
+    for (int i = 0; i < NSC; ++i) {
+        const int c = min(lane + 32 * i, 2 * ROWS * SPR - 1);
+        const int which = c / (ROWS * SPR);                 // 0 scales, 1 biases
+        const int rc = c - which * ROWS * SPR;
+        const int r = rc / SPR, part = rc - r * SPR;
+        ssrc[i] = (which ? biases : scales) + (long long)min(row0 + r, out - 1) * groups + part * (SCP / 2);
+        sdst[i] = ring_s + ROWS * WSTRIDE + (which * ROWS + r) * SSTRIDE + part * SCP;
+    }
+    auto issue = [&](int d, int st) {
+        const u32 off = d * SLOT;
+        const long long wo = (long long)st * SEG;
+#pragma unroll
+        for (int i = 0; i < NCP; ++i)
+            kc_cp16(wdst + off + i * (32 / LPR) * WSTRIDE, wsrc[i] + wo);
+#pragma unroll
+        for (int i = 0; i < NSC; ++i) {
+            if ((2 * ROWS * SPR) % 32 == 0 || lane + 32 * i < 2 * ROWS * SPR) {
+#if SCP == 16
+                kc_cp16(sdst[i] + off, ssrc[i] + st * U);
+#elif SCP == 8
+                kc_cp8(sdst[i] + off, ssrc[i] + st * U);
+#else
+                kc_cp4(sdst[i] + off, ssrc[i] + st * U);
+#endif
+            }
+        }
+    };
+
+    // This lane's tokens for the B operand (column g of each n-tile), clamped.
+    const u16* xrow[NT];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+        xrow[n] = x + (long long)min(tok0 + 8 * n + g, tokens - 1) * in + tig * VPT;
+    auto load_x = [&](u32 (&xw)[NT][4 * XLD], int grp) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int i = 0; i < XLD; ++i) {
+                const kc_u4 v = kc_ldx(xrow[n] + grp * GROUP + 8 * i);
+                xw[n][4 * i + 0] = v.x;
+                xw[n][4 * i + 1] = v.y;
+                xw[n][4 * i + 2] = v.z;
+                xw[n][4 * i + 3] = v.w;
+            }
+    };
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+
+    // A operand of the x-sum mma: bf16 ones against every B slot pair that
+    // holds x itself (with 8 bits, the second pair holds 16*x and gets zeros).
+    const u32 ones = 0x3F803F80u;
+#if BITS == 4
+    const u32 ones_hi = ones;
+#else
+    const u32 ones_hi = 0u;
+#endif
+
+    // One group: A fragments from the slot, B from x (already in registers).
+    auto group_math = [&](const unsigned char* slot, int u, const u32 (&xw)[NT][4 * XLD]) {
+        u32 w[MT][2][WPT];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32* p = reinterpret_cast<const u32*>(slot + (16 * m + 8 * h + g) * WSTRIDE + u * GBYTES + tig * (4 * WPT));
+#pragma unroll
+                for (int i = 0; i < WPT; i += (WPT >= 4 ? 4 : WPT)) {
+#if WPT >= 4
+                    const kc_u4 v = *reinterpret_cast<const kc_u4*>(p + i);
+                    w[m][h][i] = v.x; w[m][h][i + 1] = v.y; w[m][h][i + 2] = v.z; w[m][h][i + 3] = v.w;
+#elif WPT == 2
+                    const uint2 v = *reinterpret_cast<const uint2*>(p);
+                    w[m][h][0] = v.x; w[m][h][1] = v.y;
+#else
+                    w[m][h][0] = p[0];
+#endif
+                }
+            }
+        float t[MT][NT][4];
+        float xs[NT][4];
+#pragma unroll
+        for (int wi = 0; wi < WPT; ++wi) {
+            // B pairs for word wi, in the order its A pairs unpack.
+            u32 q[NT][4];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#if BITS == 4
+                const u32 x0 = xw[n][4 * wi], x1 = xw[n][4 * wi + 1], x2 = xw[n][4 * wi + 2], x3 = xw[n][4 * wi + 3];
+                q[n][0] = kc_prmt(x0, x2, 0x5410);   // (x0, x4)
+                q[n][1] = kc_prmt(x0, x2, 0x7632);   // (x1, x5)
+                q[n][2] = kc_prmt(x1, x3, 0x5410);   // (x2, x6)
+                q[n][3] = kc_prmt(x1, x3, 0x7632);   // (x3, x7)
+#else
+                const u32 x0 = xw[n][2 * wi], x1 = xw[n][2 * wi + 1];
+                q[n][0] = kc_prmt(x0, x1, 0x5410);   // (x0, x2) meets the low nibbles
+                q[n][1] = kc_times16(q[n][0]);       // 16*(x0, x2) meets the high nibbles
+                q[n][2] = kc_prmt(x0, x1, 0x7632);   // (x1, x3)
+                q[n][3] = kc_times16(q[n][2]);
+#endif
+            }
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const bool more = (wi | half) != 0;
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+                    kc_mma(xs[n], ones, ones, ones_hi, ones_hi, q[n][2 * half], q[n][2 * half + 1], more);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
+                    const u32 a0 = kc_nib(wg, 2 * half), a1 = kc_nib(wg8, 2 * half);
+                    const u32 a2 = kc_nib(wg, 2 * half + 1), a3 = kc_nib(wg8, 2 * half + 1);
+#pragma unroll
+                    for (int n = 0; n < NT; ++n)
+                        kc_mma(t[m][n], a0, a1, a2, a3, q[n][2 * half], q[n][2 * half + 1], more);
+                }
+            }
+        }
+        // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
+        const u16* sc = reinterpret_cast<const u16*>(slot + ROWS * WSTRIDE);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            const int r0 = 16 * m + g, r1 = r0 + 8;
+            const float s0 = kc_bf16(sc[r0 * (SSTRIDE / 2) + u]), s1 = kc_bf16(sc[r1 * (SSTRIDE / 2) + u]);
+            const float b0 = fmaf(-OFFSET, s0, kc_bf16(sc[(ROWS + r0) * (SSTRIDE / 2) + u]));
+            const float b1 = fmaf(-OFFSET, s1, kc_bf16(sc[(ROWS + r1) * (SSTRIDE / 2) + u]));
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                acc[m][n][0] = fmaf(s0, t[m][n][0], fmaf(b0, xs[n][0], acc[m][n][0]));
+                acc[m][n][1] = fmaf(s0, t[m][n][1], fmaf(b0, xs[n][1], acc[m][n][1]));
+                acc[m][n][2] = fmaf(s1, t[m][n][2], fmaf(b1, xs[n][2], acc[m][n][2]));
+                acc[m][n][3] = fmaf(s1, t[m][n][3], fmaf(b1, xs[n][3], acc[m][n][3]));
+            }
+        }
+    };
+
+    // Steps warp, warp+KW, ...: the KW warps of a block read neighbouring
+    // stretches of the same rows. Each warp streams its steps through its own
+    // ring of D slots with cp.async (D-1 steps in flight), so no block-wide
+    // barrier is needed until the final reduction. x for the next group is
+    // loaded while the current group's math runs.
+#pragma unroll
+    for (int d = 0; d < D - 1; ++d) {
+        if (warp + d * KW < nsteps) issue(d, warp + d * KW);
+        kc_commit();
+    }
+    u32 xa[NT][4 * XLD], xb[NT][4 * XLD];
+    if (warp < nsteps) load_x(xa, warp * U);
+    int d = 0;
+    for (int st = warp; st < nsteps; st += KW) {
+        const int ahead = st + (D - 1) * KW;
+        if (ahead < nsteps) issue(d == 0 ? D - 1 : d - 1, ahead);
+        kc_commit();
+        kc_wait<D - 1>();
+        __syncwarp();
+        const unsigned char* slot = ring + d * SLOT;
+#pragma unroll
+        for (int u = 0; u < U; u += 2) {
+            // x of the next group (the first group of the next step after the last).
+            const int nx = (u + 1 < U) ? st * U + u + 1 : (st + KW) * U;
+            if (nx < groups) load_x(xb, nx);
+            group_math(slot, u, xa);
+            if (u + 1 < U) {
+                const int nx2 = (u + 2 < U) ? st * U + u + 2 : (st + KW) * U;
+                if (nx2 < groups) load_x(xa, nx2);
+                group_math(slot, u + 1, xb);
+            } else {
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int i = 0; i < 4 * XLD; ++i) xa[n][i] = xb[n][i];
+            }
+        }
+        __syncwarp();
+        d = (d + 1 == D) ? 0 : d + 1;
+    }
+    kc_wait<0>();
+
+    // Output: acc[m][n][e] is row row0+16m+g+8(e>>1), token tok0+8n+2tig+(e&1).
+#if KW > 1
+    __syncthreads();                                  // every warp is done with its ring
+    float* red = reinterpret_cast<float*>(smem);      // [KW][NT*8][MT*16], over the rings
+    constexpr int RT = MT * 16, TT = NT * 8;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = 16 * m + g + 8 * (e >> 1), tt = 8 * n + 2 * tig + (e & 1);
+                red[(warp * TT + tt) * RT + r] = acc[m][n][e];
+            }
+    __syncthreads();
+    for (int i = threadIdx.x; i < RT * TT; i += 32 * KW) {
+        const int tt = i / RT, r = i - tt * RT;
+        const int row = row0 + r, tok = tok0 + tt;
+        if (row < out && tok < tokens) {
+            float v = 0.f;
+#pragma unroll
+            for (int k = 0; k < KW; ++k) v += red[(k * TT + tt) * RT + r];
+            if (bias != nullptr) v += kc_bf16(kc_ldh(bias + row));
+            y[(long long)tok * out + row] = kc_to_bf16(v);
+        }
+    }
+#else
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = row0 + 16 * m + g + 8 * (e >> 1), tok = tok0 + 8 * n + 2 * tig + (e & 1);
+                if (row < out && tok < tokens) {
+                    float v = acc[m][n][e];
+                    if (bias != nullptr) v += kc_bf16(kc_ldh(bias + row));
+                    y[(long long)tok * out + row] = kc_to_bf16(v);
+                }
+            }
+#endif
+}

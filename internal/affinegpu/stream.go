@@ -1,0 +1,138 @@
+package affinegpu
+
+import (
+	_ "embed"
+	"fmt"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/gpukernel"
+)
+
+//go:embed kernels/stream.cu
+var streamCode string
+
+// StreamSource is kernels/stream.cu, the weight-streaming tensor-core
+// kernel for few tokens (see the comment at its top).
+var StreamSource = gpukernel.Source{Name: "stream.cu", Code: streamCode}
+
+// StreamEntry is the kernel's entry point.
+const StreamEntry = "affine_stream"
+
+// StreamMaxTokens is the largest token count the stream kernel is chosen for.
+const StreamMaxTokens = 32
+
+// StreamConfig is one variant of kernels/stream.cu (its -D macros). The
+// choice mirrors stream_config in scripts/affine_kernels.py, where the
+// variants were timed.
+type StreamConfig struct {
+	Bits, Group int
+	MT          int // 16-row tiles per warp
+	NT          int // 8-token tiles per block
+	KW          int // warps per block
+	U           int // groups per step
+	D           int // ring slots per warp
+}
+
+// ChooseStream picks the stream variant for req on a GPU with sms
+// multiprocessors, or says why the kernel does not serve req.
+func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
+	bits, group := req.Weight.Bits, req.Weight.GroupSize
+	if bits != 4 && bits != 8 {
+		return StreamConfig{}, fmt.Sprintf("the stream kernel unpacks 4 and 8 bits, not %d", bits)
+	}
+	if req.Tokens > StreamMaxTokens {
+		return StreamConfig{}, fmt.Sprintf("the stream kernel serves 1 to %d tokens, not %d", StreamMaxTokens, req.Tokens)
+	}
+	groups := req.InFeatures / group
+	gbytes := group * bits / 8
+	// Steps of 128 (else 256) packed bytes per row, a whole number of groups
+	// that divides the row's groups.
+	u := 0
+	for _, v := range []int{128 / gbytes, 256 / gbytes} {
+		if v >= 1 && groups%v == 0 {
+			u = v
+			break
+		}
+	}
+	if u == 0 {
+		return StreamConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into 128- or 256-byte steps", groups)
+	}
+	nt := 4
+	switch {
+	case req.Tokens <= 8:
+		nt = 1
+	case req.Tokens <= 16:
+		nt = 2
+	}
+	mt := 2
+	if nt == 4 {
+		mt = 1
+	}
+	// As many warps per block (up to 8) as give the grid ~12 warps per SM,
+	// keeping at least two steps per warp.
+	blocks := ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
+	kw := 1
+	for kw < 8 && blocks*kw < 12*sms && groups/u >= 2*kw {
+		kw *= 2
+	}
+	return StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2}, ""
+}
+
+// Defines are the kernel's -D macros.
+func (c StreamConfig) Defines() map[string]int {
+	return map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "NT": c.NT, "KW": c.KW, "U": c.U, "D": c.D}
+}
+
+// SharedBytes is the dynamic shared memory of a launch: the warps' rings,
+// or the K-split reduction when that is larger.
+func (c StreamConfig) SharedBytes() int {
+	rows := 16 * c.MT
+	wpt := c.Group * c.Bits / 128
+	seg := c.U * c.Group * c.Bits / 8
+	pad := 16 * wpt
+	if wpt == 8 {
+		pad = 16
+	}
+	slot := rows*(seg+pad) + 2*rows*max(16, 2*c.U)
+	ring := c.KW * c.D * slot
+	red := 0
+	if c.KW > 1 {
+		red = 4 * c.KW * rows * 8 * c.NT
+	}
+	return max(ring, red)
+}
+
+// Launch gives grid, block and dynamic shared memory for req.
+func (c StreamConfig) Launch(req sdk.Request) (grid, block [3]uint32, shared uint32) {
+	grid = [3]uint32{uint32(ceilDiv(req.OutFeatures, 16*c.MT)), uint32(ceilDiv(req.Tokens, 8*c.NT)), 1}
+	return grid, [3]uint32{uint32(32 * c.KW), 1, 1}, uint32(c.SharedBytes())
+}
+
+// Describe names the variant for logs.
+func (c StreamConfig) Describe() string {
+	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d", c.MT, c.NT, c.KW, c.U, c.D)
+}
+
+var streamKernels = gpukernel.NewCache()
+
+// PrepareStream compiles (or finds) the stream variant cfg and binds the
+// weights of req to it.
+func PrepareStream(env sdk.Env, req sdk.Request, weights sdk.Buffers, cfg StreamConfig) (*Prepared, error) {
+	dev, err := CUDA(env)
+	if err != nil {
+		return nil, err
+	}
+	k, err := streamKernels.Get(dev, StreamSource, gpukernel.Variant{Entry: StreamEntry, Defines: cfg.Defines()})
+	if err != nil {
+		return nil, err
+	}
+	grid, block, shared := cfg.Launch(req)
+	p, err := NewPrepared(req, weights, k, grid, block, shared)
+	if err != nil {
+		return nil, err
+	}
+	env.Logger.Debug("prepared", "request", req.Key(), "variant", cfg.Describe(), "kernel", p.Describe(), "nvrtc_cache_hit", k.CacheHit)
+	return p, nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
