@@ -128,26 +128,28 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     """Macros for affine_stream (tokens 1..32, 4 or 8 bits), or None when it does not apply
     (other bit widths, or no step of 128 or 256 packed bytes per row dividing the groups).
 
-    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp, 128-byte
-    steps, two ring slots, and as many warps per block (up to 8) as it takes
-    to give the grid ~12 warps per SM."""
+    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp at
+    decode (one above), 128-byte steps, two ring slots, four warps per block
+    (eight when that leaves fewer than 8 warps per SM), >= 2 steps per warp."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
     groups = in_f // group
     gbytes = group * bits // 8
-    u = next((v for v in (128 // gbytes, 256 // gbytes) if v >= 1 and groups % v == 0), None)
+    u = next((v for v in (128 // gbytes, 256 // gbytes) if v >= 2 and groups % v == 0), None)
     if u is None:
         return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
-    mt = 2 if nt < 4 else 1
+    mt = 2 if nt == 1 else 1
     blocks = -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
-    kw = 1
-    while kw < 8 and blocks * kw < 12 * sms and groups // u >= 2 * kw:
-        kw *= 2
+    kw = 4 if blocks * 4 >= 8 * sms else 8
+    while kw > 1 and groups // u < 2 * kw:
+        kw //= 2
     cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)
     cfg.update(over)
-    if groups % cfg["U"] or (cfg["U"] * gbytes) % 128 or (cfg["MT"] == 4 and cfg["NT"] != 1):
+    if cfg.get("SPK", 0):
+        del cfg["SPK"]   # the kernel's default
+    if groups % cfg["U"] or cfg["U"] < 2 or (cfg["U"] * gbytes) % 128 or (cfg["MT"] == 4 and cfg["NT"] != 1):
         return None
     return cfg
 
@@ -812,11 +814,11 @@ def sweep_configs(bits, group, t, in_f, out_f):
     sbase = stream_config(bits, group, t, in_f, out_f)
     if sbase:
         gbytes = group * bits // 8
-        for mt in (1, 2):
+        for mt in (1, 2, 4):
             for kw in (2, 4, 8):
                 for u in (128 // gbytes, 256 // gbytes):
-                    for d in (2, 3):
-                        c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d)
+                    for d, spk in ((2, 1), (3, 1), (2, 0)):
+                        c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d, SPK=spk)
                         if c and c != sbase and stream_smem_bytes(c) <= 200 * 1024:
                             out.append(("stream", STREAM_CU, c))
     if STREAM_ONLY:

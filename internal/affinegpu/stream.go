@@ -21,9 +21,9 @@ const StreamEntry = "affine_stream"
 // StreamMaxTokens is the largest token count the stream kernel is chosen for.
 const StreamMaxTokens = 32
 
-// StreamConfig is one variant of kernels/stream.cu (its -D macros). The
-// choice mirrors stream_config in scripts/affine_kernels.py, where the
-// variants were timed.
+// StreamConfig is one variant of kernels/stream.cu (its -D macros; SPK
+// keeps the kernel's default, 1). The choice mirrors stream_config in
+// scripts/affine_kernels.py, where the variants were timed.
 type StreamConfig struct {
 	Bits, Group int
 	MT          int // 16-row tiles per warp
@@ -49,7 +49,7 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	// that divides the row's groups.
 	u := 0
 	for _, v := range []int{128 / gbytes, 256 / gbytes} {
-		if v >= 1 && groups%v == 0 {
+		if v >= 2 && groups%v == 0 { // at least 4 bytes of scales per row and step
 			u = v
 			break
 		}
@@ -64,16 +64,19 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	case req.Tokens <= 16:
 		nt = 2
 	}
-	mt := 2
-	if nt == 4 {
-		mt = 1
+	mt := 1
+	if nt == 1 {
+		mt = 2
 	}
-	// As many warps per block (up to 8) as give the grid ~12 warps per SM,
-	// keeping at least two steps per warp.
+	// Four warps per block, eight when that leaves fewer than 8 warps per
+	// SM; at least two steps per warp.
 	blocks := ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
-	kw := 1
-	for kw < 8 && blocks*kw < 12*sms && groups/u >= 2*kw {
-		kw *= 2
+	kw := 8
+	if blocks*4 >= 8*sms {
+		kw = 4
+	}
+	for kw > 1 && groups/u < 2*kw {
+		kw /= 2
 	}
 	return StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2}, ""
 }

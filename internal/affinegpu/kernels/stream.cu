@@ -27,9 +27,11 @@
 //          covers ROWS = 16*MT output rows
 //   NT     8-token n-tiles per block (1, 2 or 4): blockIdx.y walks 8*NT-token tiles
 //   KW     warps per block (1..8); each takes every KW-th step of the rows
-//   U      groups per step (1..16, a power of two): SEG = U*GROUP*BITS/8
+//   U      groups per step (2..16, a power of two): SEG = U*GROUP*BITS/8
 //          packed bytes per row and step, a multiple of 128; in/GROUP % U == 0
 //   D      ring slots per warp (2..4): D-1 steps are in flight while one is used
+//   SPK    1 (default): read a step's scales and biases once per row as
+//          vectors and keep them in registers; 0: read each where it is used
 //
 // LAUNCH (host computes; Go: internal/affinegpu/stream.go, Python:
 // scripts/affine_kernels.py stream_config / stream_smem_bytes)
@@ -73,6 +75,9 @@ typedef unsigned short u16;
 #ifndef D
 #define D 2
 #endif
+#ifndef SPK
+#define SPK 1
+#endif
 
 #if BITS != 4 && BITS != 8
 #error "BITS must be 4 or 8"
@@ -83,8 +88,8 @@ typedef unsigned short u16;
 #if (MT != 1 && MT != 2 && MT != 4) || (NT != 1 && NT != 2 && NT != 4) || KW < 1 || KW > 8 || (MT == 4 && NT != 1)
 #error "need MT in {1,2,4}, NT in {1,2,4} (NT = 1 when MT = 4) and 1 <= KW <= 8"
 #endif
-#if U != 1 && U != 2 && U != 4 && U != 8 && U != 16
-#error "U must be 1, 2, 4, 8 or 16"
+#if U != 2 && U != 4 && U != 8 && U != 16
+#error "U must be 2, 4, 8 or 16 (cp.async moves at least 4 bytes of scales)"
 #endif
 #if D < 2 || D > 4
 #error "D must be 2, 3 or 4"
@@ -146,6 +151,23 @@ KC_DEV void kc_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1
           "f"(acc ? c[0] : z), "f"(acc ? c[1] : z), "f"(acc ? c[2] : z), "f"(acc ? c[3] : z));
 }
 
+// Half k (0 low, 1 high) of a word of two bf16, as a float.
+KC_DEV float kc_half(u32 w, int k) { return __uint_as_float(k ? (w & 0xFFFF0000u) : (w << 16)); }
+// N consecutive 32-bit words from shared memory (16-byte aligned when N >= 4).
+template <int N> KC_DEV void kc_lds_words(u32 (&d)[N], const unsigned char* p) {
+    if constexpr (N >= 4) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const kc_u4 v = *reinterpret_cast<const kc_u4*>(p + 4 * i);
+            d[i] = v.x; d[i + 1] = v.y; d[i + 2] = v.z; d[i + 3] = v.w;
+        }
+    } else if constexpr (N == 2) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        d[0] = v.x; d[1] = v.y;
+    } else {
+        d[0] = *reinterpret_cast<const u32*>(p);
+    }
+}
 KC_DEV u32 kc_smem(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 KC_DEV void kc_cp16(u32 dst, const void* src) {
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
@@ -166,6 +188,7 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #define SEG (U * GBYTES)                     // packed bytes per row and step
 #define WSTRIDE (SEG + (WPT == 8 ? 16 : 16 * WPT))   // padding: fragment reads hit distinct banks
 #define SSEG (2 * U)                         // scale bytes per row and step
+#define SW (U / 2)                           // 32-bit words of scales per row and step
 #define SCP (SSEG < 16 ? SSEG : 16)          // bytes per cp.async of scales
 #define SSTRIDE (SSEG < 16 ? 16 : SSEG)
 #define SLOT (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
@@ -278,7 +301,8 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
 #endif
 
     // One group: A fragments from the slot, B from x (already in registers).
-    auto group_math = [&](const unsigned char* slot, int u, const u32 (&xw)[NT][4 * XLD]) {
+    auto group_math = [&](const unsigned char* slot, int u, const u32 (&xw)[NT][4 * XLD],
+                          const u32 (&sw)[MT][2][SW], const u32 (&bw)[MT][2][SW]) {
         u32 w[MT][2][WPT];
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -338,13 +362,21 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
             }
         }
         // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
+#if !SPK
         const u16* sc = reinterpret_cast<const u16*>(slot + ROWS * WSTRIDE);
+#endif
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
+#if SPK
+            const float s0 = kc_half(sw[m][0][u >> 1], u & 1), s1 = kc_half(sw[m][1][u >> 1], u & 1);
+            const float b0 = fmaf(-OFFSET, s0, kc_half(bw[m][0][u >> 1], u & 1));
+            const float b1 = fmaf(-OFFSET, s1, kc_half(bw[m][1][u >> 1], u & 1));
+#else
             const int r0 = 16 * m + g, r1 = r0 + 8;
             const float s0 = kc_bf16(sc[r0 * (SSTRIDE / 2) + u]), s1 = kc_bf16(sc[r1 * (SSTRIDE / 2) + u]);
             const float b0 = fmaf(-OFFSET, s0, kc_bf16(sc[(ROWS + r0) * (SSTRIDE / 2) + u]));
             const float b1 = fmaf(-OFFSET, s1, kc_bf16(sc[(ROWS + r1) * (SSTRIDE / 2) + u]));
+#endif
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 acc[m][n][0] = fmaf(s0, t[m][n][0], fmaf(b0, xs[n][0], acc[m][n][0]));
@@ -375,16 +407,29 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
         kc_wait<D - 1>();
         __syncwarp();
         const unsigned char* slot = ring + d * SLOT;
+        // The step's scales and biases of this lane's rows: U bf16 each, in
+        // whole-row vector reads.
+        u32 sw[MT][2][SW], bw[MT][2][SW];
+#if SPK
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = 16 * m + 8 * h + g;
+                kc_lds_words<SW>(sw[m][h], slot + ROWS * WSTRIDE + r * SSTRIDE);
+                kc_lds_words<SW>(bw[m][h], slot + ROWS * WSTRIDE + (ROWS + r) * SSTRIDE);
+            }
+#endif
 #pragma unroll
         for (int u = 0; u < U; u += 2) {
             // x of the next group (the first group of the next step after the last).
             const int nx = (u + 1 < U) ? st * U + u + 1 : (st + KW) * U;
             if (nx < groups) load_x(xb, nx);
-            group_math(slot, u, xa);
+            group_math(slot, u, xa, sw, bw);
             if (u + 1 < U) {
                 const int nx2 = (u + 2 < U) ? st * U + u + 2 : (st + KW) * U;
                 if (nx2 < groups) load_x(xa, nx2);
-                group_math(slot, u + 1, xb);
+                group_math(slot, u + 1, xb, sw, bw);
             } else {
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
