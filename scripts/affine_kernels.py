@@ -814,12 +814,14 @@ def sweep_configs(bits, group, t, in_f, out_f):
     sbase = stream_config(bits, group, t, in_f, out_f)
     if sbase:
         gbytes = group * bits // 8
-        for mt in (1, 2, 4):
-            for kw in (2, 4, 8):
-                for u in (128 // gbytes, 256 // gbytes):
-                    for d, spk in ((2, 1), (3, 1), (2, 0)):
-                        c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d, SPK=spk)
-                        if c and c != sbase and stream_smem_bytes(c) <= 200 * 1024:
+        for mt in (1, 2):
+            for kw in (4, 8):
+                for d in (2, 3):
+                    for minb in ((1, 5, 6) if kw == 4 else (1, 2, 3)):
+                        c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, D=d)
+                        if c and minb > 1:
+                            c["MINB"] = minb
+                        if c and c != sbase and stream_smem_bytes(c) * minb <= 227 * 1024:
                             out.append(("stream", STREAM_CU, c))
     if STREAM_ONLY:
         return out

@@ -30,6 +30,7 @@
 //   U      groups per step (2..16, a power of two): SEG = U*GROUP*BITS/8
 //          packed bytes per row and step, a multiple of 128; in/GROUP % U == 0
 //   D      ring slots per warp (2..4): D-1 steps are in flight while one is used
+//   MINB   blocks per SM the register allocation must allow (default 1)
 //   SPK    1 (default): read a step's scales and biases once per row as
 //          vectors and keep them in registers; 0: read each where it is used
 //
@@ -77,6 +78,9 @@ typedef unsigned short u16;
 #endif
 #ifndef SPK
 #define SPK 1
+#endif
+#ifndef MINB
+#define MINB 1
 #endif
 
 #if BITS != 4 && BITS != 8
@@ -197,7 +201,7 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #endif
 
 
-extern "C" __global__ void __launch_bounds__(32 * KW)
+extern "C" __global__ void __launch_bounds__(32 * KW, MINB)
 affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
               const u16* __restrict__ scales, const u16* __restrict__ biases,
               const u16* __restrict__ bias, u16* __restrict__ y,
