@@ -1,0 +1,91 @@
+package affinegpu
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/plugintest"
+)
+
+func streamRequest(tokens, in, out, bits, group int) sdk.Request {
+	return sdk.Request{Family: sdk.FamilyAffine, Tokens: tokens, InFeatures: in, OutFeatures: out,
+		Weight: sdk.Format{Kind: "affine", Bits: bits, GroupSize: group}, Activation: sdk.BF16}
+}
+
+func TestChooseStreamSaysWhyItDoesNotServe(t *testing.T) {
+	for _, c := range []struct {
+		req  sdk.Request
+		want string
+	}{
+		{streamRequest(1, 4096, 4096, 3, 64), "4 and 8 bits, not 3"},
+		{streamRequest(33, 4096, 4096, 4, 64), "1 to 32 tokens, not 33"},
+		// 45 groups of 32 bytes: no 128- or 256-byte step divides the row.
+		{streamRequest(1, 2880, 2880, 4, 64), "in_features/group_size=45"},
+		// 8-bit group 128: one group per 128 bytes would move 2 bytes of
+		// scales per row and step, below cp.async's 4.
+		{streamRequest(1, 128*3, 64, 8, 128), "in_features/group_size=3"},
+	} {
+		_, why := ChooseStream(c.req, 132)
+		assert.Contains(t, why, c.want, c.req.Key())
+	}
+}
+
+func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
+	// The H200 sweeps (bench/NOTES.md): two row tiles per warp at decode,
+	// one above; 4 warps per block, 8 when the grid is small; 128-byte steps.
+	for _, c := range []struct {
+		req                   sdk.Request
+		mt, nt, kw, u, blocks int
+	}{
+		{streamRequest(1, 4096, 14336, 4, 64), 2, 1, 4, 4, 448},
+		{streamRequest(1, 14336, 4096, 4, 64), 2, 1, 8, 4, 128},
+		{streamRequest(16, 8192, 28672, 4, 64), 1, 2, 4, 4, 1792},
+		{streamRequest(32, 28672, 8192, 4, 64), 1, 4, 4, 4, 512},
+		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 128},
+		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 128},
+	} {
+		cfg, why := ChooseStream(c.req, 132)
+		require.Empty(t, why, c.req.Key())
+		assert.Equal(t, []int{c.mt, c.nt, c.kw, c.u, 2}, []int{cfg.MT, cfg.NT, cfg.KW, cfg.U, cfg.D}, c.req.Key())
+		grid, block, _ := cfg.Launch(c.req)
+		assert.Equal(t, c.blocks, int(grid[0]*grid[1]), c.req.Key())
+		assert.Equal(t, uint32(32*cfg.KW), block[0])
+	}
+}
+
+func TestStreamVariantsFitTheGPU(t *testing.T) {
+	// Every variant chosen for the GPU test shapes and for a spread of
+	// model shapes: steps of whole 128-byte lines, at least 4 bytes of
+	// scales per row and step, at least one step per warp, and shared
+	// memory within an H100/H200's 227 KiB.
+	reqs := plugintest.GPURequests()
+	for _, bits := range []int{4, 8} {
+		for _, g := range []int{32, 64, 128} {
+			for _, in := range []int{1024, 4096, 5120, 8192, 14336, 28672} {
+				for _, tok := range []int{1, 5, 8, 9, 16, 17, 32} {
+					reqs = append(reqs, streamRequest(tok, in, 4104, bits, g))
+				}
+			}
+		}
+	}
+	served := 0
+	for _, req := range reqs {
+		cfg, why := ChooseStream(req, 132)
+		if why != "" {
+			continue
+		}
+		served++
+		groups := req.InFeatures / cfg.Group
+		seg := cfg.U * cfg.Group * cfg.Bits / 8
+		assert.Zero(t, seg%128, "%s: step of %d bytes", req.Key(), seg)
+		assert.Zero(t, groups%cfg.U, req.Key())
+		assert.GreaterOrEqual(t, 2*cfg.U, 4, req.Key())
+		assert.GreaterOrEqual(t, groups/cfg.U, cfg.KW, "%s: a warp without steps", req.Key())
+		assert.LessOrEqual(t, cfg.SharedBytes(), 227<<10, req.Key())
+		assert.GreaterOrEqual(t, 8*cfg.NT*int(ceilDiv(req.Tokens, 8*cfg.NT)), req.Tokens)
+	}
+	assert.Greater(t, served, 100)
+}
