@@ -158,6 +158,10 @@ func (c *remoteChannel) execute(ctx context.Context, stream device.Stream, rawID
 		return 0, errChannelDown
 	}
 	us, callErr := sdk.DecodeChannelResponse(resp)
+	if errors.Is(callErr, errdefs.ErrDeviceLost) {
+		// As on the RPC path: the process's context is gone, stop it now.
+		c.plugin.killGeneration(c.gen, "execute: its CUDA context was lost")
+	}
 	if s != nil && callErr == nil {
 		// The plugin synchronised its stream after recording done, so the
 		// event is complete: the wait orders without blocking. After a

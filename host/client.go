@@ -65,6 +65,14 @@ func (c *pluginClient) callOnce(ctx context.Context, op string, want uint64, fn 
 	if err == nil {
 		return gen, nil
 	}
+	if errors.Is(err, errdefs.ErrDeviceLost) {
+		// The process's CUDA context is gone and it is exiting: stop it now
+		// so that the next call meets a fresh process. The call itself
+		// failed (it is not retried: what it ran may be what broke the
+		// context).
+		c.p.killGeneration(gen, op+": its CUDA context was lost")
+		return gen, fmt.Errorf("plugin %s: %s: %w", c.p.bin.name, op, err)
+	}
 	if errors.Is(err, sdk.ErrUnavailable) || errors.Is(callCtx.Err(), context.DeadlineExceeded) {
 		if ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
 			c.p.killGeneration(gen, fmt.Sprintf("%s did not answer within %s", op, c.p.m.opts.CallTimeout))

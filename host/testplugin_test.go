@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/internal/refcandidate"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/family/affine"
@@ -24,6 +25,7 @@ const (
 	pluginBadPlan  = "badplan"  // candidate "badplan" exports a launch plan naming an unknown buffer
 	pluginGPUFault = "gpufault" // CUDA candidate "gpufault" whose kernel writes to an illegal address
 	pluginSpy      = "spy"      // candidate "spy" fails when handed a buffer its call does not need
+	pluginLostCtx  = "lostctx"  // candidate "lostctx" fails every execution with a sticky CUDA error (on the CPU)
 )
 
 // serveTestPlugin serves the behaviour named by the binary's file name.
@@ -43,6 +45,8 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, gpuFault{})
 	case pluginSpy:
 		sdk.Serve(opts, spy{refcandidate.Candidate{Name: "spy"}})
+	case pluginLostCtx:
+		sdk.Serve(opts, refcandidate.Candidate{Name: "lostctx", BeforeExecute: func() error { return cuda.Result(700) }})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)

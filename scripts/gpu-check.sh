@@ -4,7 +4,8 @@
 # bin/gpu.tar.xz). Each stage logs to $OUT (or ./out); a summary comes last.
 #
 #   scripts/gpu-check.sh [stage ...]      default: every stage but mps
-#   stages: cuda cudabench kernels plugins tune host hotpath mps
+#   stages: cuda cudabench kernels probe plugins tune host hotpath mps
+#   (probe: the read-bandwidth ceiling at the kernel benchmark's shapes)
 #
 # The mps stage starts an NVIDIA MPS control daemon with a private pipe
 # directory (only processes given that directory use it), measures the
@@ -18,7 +19,7 @@ export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/cuda/lib64:${LD_LIBRAR
 export KCAND_CACHE=/tmp/kcand-plans.json XDG_CACHE_HOME=/tmp/kcand-xdg PYTHONUNBUFFERED=1
 export KCAND_TEST_PLUGIN_DIR=$PWD/bin/gpu/plugins
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(cuda cudabench kernels plugins tune host hotpath)
+[ ${#stages[@]} -eq 0 ] && stages=(cuda cudabench kernels probe plugins tune host hotpath)
 summary=()
 
 STAGE_TIMEOUT=${STAGE_TIMEOUT:-150}
@@ -38,6 +39,7 @@ for s in "${stages[@]}"; do
     cuda)      run cuda bin/gpu/cuda.test -test.count=1 -test.v ;;
     cudabench) run cudabench bin/gpu/cudabench ;;
     kernels)   run kernels python3 scripts/affine_kernels.py ${KERNEL_ARGS:-} ;;
+    probe)     run probe python3 scripts/bwprobe.py ;;
     plugins)   run plugin-qmm bin/gpu/qmm.test -test.count=1 -test.v
                run plugin-gemv bin/gpu/gemv.test -test.count=1 -test.v ;;
     tune)      run tune-first bin/gpu/kcand tune --device cuda --all

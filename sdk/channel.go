@@ -130,6 +130,9 @@ func (r *Runtime) channelExecute(b []byte, ord *channelOrdering) (us float64, er
 	if ord == nil {
 		return r.Execute(context.Background(), ExecuteRequest{PreparedID: req.PreparedId, Buffers: buffers})
 	}
+	if err := r.deviceLost(); err != nil {
+		return 0, err
+	}
 	e, err := r.lookup(req.PreparedId)
 	if err != nil {
 		return 0, err

@@ -47,6 +47,8 @@ type Runtime struct {
 	// onContextLost runs when a CUDA call fails with a sticky error (see
 	// ExitOnContextLoss).
 	onContextLost func(error)
+	// lost is set by the first sticky CUDA error.
+	lost atomic.Bool
 }
 
 // ExitOnContextLoss makes the process exit shortly after a candidate's
@@ -63,12 +65,26 @@ func (r *Runtime) ExitOnContextLoss() {
 	}
 }
 
-// checkContext reacts to a sticky CUDA error in err.
+// checkContext reacts to a sticky CUDA error in err: the first one marks
+// the process's context lost (and runs onContextLost); the error is
+// returned as errdefs.ErrDeviceLost so the host restarts the process.
 func (r *Runtime) checkContext(err error) error {
-	if err != nil && r.onContextLost != nil && cuda.IsContextLost(err) {
+	if err == nil || !cuda.IsContextLost(err) {
+		return err
+	}
+	if r.lost.CompareAndSwap(false, true) && r.onContextLost != nil {
 		r.onContextLost(err)
 	}
-	return err
+	return fmt.Errorf("%w: %w", errdefs.ErrDeviceLost, err)
+}
+
+// deviceLost fails a call that would touch the device once the context is
+// lost: the process is about to exit, and nothing it runs can succeed.
+func (r *Runtime) deviceLost() error {
+	if r.lost.Load() {
+		return fmt.Errorf("%w: plugin %s lost its CUDA context and is exiting", errdefs.ErrDeviceLost, r.name)
+	}
+	return nil
 }
 
 type preparedEntry struct {
@@ -178,6 +194,9 @@ func runsOn(info CandidateInfo, kind device.Kind) bool {
 // Prepare implements Plugin.
 func (r *Runtime) Prepare(ctx context.Context, req PrepareRequest) (info PreparedInfo, err error) {
 	defer r.recoverInto("prepare", &err)
+	if err := r.deviceLost(); err != nil {
+		return PreparedInfo{}, err
+	}
 	c, ok := r.candidates[req.Candidate]
 	if !ok {
 		return PreparedInfo{}, fmt.Errorf("%w: candidate %q in plugin %s", errdefs.ErrNotFound, req.Candidate, r.name)
@@ -245,6 +264,9 @@ func withoutKnownImages(plan LaunchPlan, known []string) *LaunchPlan {
 // Execute implements Plugin.
 func (r *Runtime) Execute(ctx context.Context, req ExecuteRequest) (us float64, err error) {
 	defer r.recoverInto("execute", &err)
+	if err := r.deviceLost(); err != nil {
+		return 0, err
+	}
 	e, err := r.lookup(req.PreparedID)
 	if err != nil {
 		return 0, err
@@ -273,6 +295,9 @@ func (r *Runtime) Benchmark(ctx context.Context, req BenchmarkRequest) (res Benc
 	if req.Warmup < 0 || req.Warmup > maxBenchmarkWarmup {
 		return res, errdefs.Invalid("warmup", req.Warmup, "must be between 0 and %d", maxBenchmarkWarmup)
 	}
+	if err := r.deviceLost(); err != nil {
+		return res, err
+	}
 	e, err := r.lookup(req.PreparedID)
 	if err != nil {
 		return res, err
@@ -284,7 +309,7 @@ func (r *Runtime) Benchmark(ctx context.Context, req BenchmarkRequest) (res Benc
 	start := time.Now()
 	for i := 0; i < req.Warmup; i++ {
 		if err := e.prepared.Execute(ctx, io); err != nil {
-			return res, err
+			return res, r.checkContext(err)
 		}
 	}
 	timer := device.NewTimer(e.dev)

@@ -17,6 +17,7 @@ const (
 	classInvalid     = "invalid_request"
 	classUnsupported = "unsupported"
 	classNotFound    = "not_found"
+	classDeviceLost  = "device_lost"
 	classInternal    = "internal"
 )
 
@@ -41,6 +42,8 @@ func errorDetail(err error) (*pb.ErrorDetail, codes.Code) {
 		detail.Class, code = classUnsupported, codes.Unimplemented
 	case errdefs.ErrNotFound:
 		detail.Class, code = classNotFound, codes.NotFound
+	case errdefs.ErrDeviceLost:
+		detail.Class = classDeviceLost
 	default:
 		detail.Class = classInternal
 	}
@@ -59,6 +62,8 @@ func errorFromDetail(detail *pb.ErrorDetail, message string) error {
 		return &remoteError{class: errdefs.ErrUnsupported, msg: message}
 	case classNotFound:
 		return &remoteError{class: errdefs.ErrNotFound, msg: message}
+	case classDeviceLost:
+		return &remoteError{class: errdefs.ErrDeviceLost, msg: message}
 	default:
 		return &remoteError{class: errdefs.ErrInternal, msg: message}
 	}

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -26,6 +27,7 @@ func TestErrorClassesSurviveTheWire(t *testing.T) {
 		{"unsupported", errdefs.Unsupported("no sm_80"), errdefs.ErrUnsupported},
 		{"not found", errors.Join(errdefs.ErrNotFound, errors.New("id 7")), errdefs.ErrNotFound},
 		{"internal", errdefs.Internal("boom"), errdefs.ErrInternal},
+		{"device lost", fmt.Errorf("%w: cuStreamSynchronize: %w", errdefs.ErrDeviceLost, errors.New("CUDA_ERROR_ILLEGAL_ADDRESS")), errdefs.ErrDeviceLost},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,6 +18,11 @@ var (
 	ErrInternal = errors.New("internal error")
 	// ErrNotFound says a named thing (plugin, candidate, prepared id) is unknown.
 	ErrNotFound = errors.New("not found")
+	// ErrDeviceLost says a plugin's device context failed for good (a
+	// sticky CUDA error such as an illegal address): every later call in
+	// that process fails, so the plugin exits and only a new process
+	// recovers.
+	ErrDeviceLost = errors.New("device context lost")
 )
 
 // FieldError is an invalid request that names the offending field and value.
@@ -62,6 +67,8 @@ func Class(err error) error {
 		return ErrUnsupported
 	case errors.Is(err, ErrNotFound):
 		return ErrNotFound
+	case errors.Is(err, ErrDeviceLost):
+		return ErrDeviceLost
 	default:
 		return ErrInternal
 	}
