@@ -313,10 +313,16 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 	samples := []struct {
 		name   string
 		sample sdk.Sample
-	}{
-		{"pattern", c.PatternSample(req)},
-		{"random", c.RandomSample(req, ms.opts.Seed)},
-	}
+	}{{name: "pattern"}, {name: "random"}}
+	// The two samples are independent: build them side by side (for a
+	// layer of 10^8 weights each is tens of milliseconds of host work).
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		samples[1].sample = c.RandomSample(req, ms.opts.Seed)
+	}()
+	samples[0].sample = c.PatternSample(req)
+	<-done
 	phase("samples")
 	for _, s := range samples {
 		weights, io, err := bufs.load(s.sample)

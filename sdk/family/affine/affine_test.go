@@ -3,6 +3,7 @@ package affine
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -160,5 +161,31 @@ func TestPatternSampleUsesEveryLevel(t *testing.T) {
 			seen[Unpack(s.Weights[Weight], i, bits)] = true
 		}
 		assert.Len(t, seen, 1<<bits, "bits=%d", bits)
+	}
+}
+
+func TestSamplesDependOnTheSeedAloneNotOnTheCoreCount(t *testing.T) {
+	// Large enough for several parallel chunks of scales and rows.
+	req := request(2, 4096, 520, 4, 32)
+	prev := runtime.GOMAXPROCS(1)
+	oneCoreRandom, oneCorePattern := RandomSample(req, 7), PatternSample(req)
+	runtime.GOMAXPROCS(max(4, prev))
+	manyRandom, manyPattern := RandomSample(req, 7), PatternSample(req)
+	runtime.GOMAXPROCS(prev)
+	assert.Equal(t, oneCoreRandom, manyRandom)
+	assert.Equal(t, oneCorePattern, manyPattern)
+	other := RandomSample(req, 8)
+	assert.NotEqual(t, manyRandom.Weights[Scales], other.Weights[Scales], "the seed drives the scales")
+	assert.NotEqual(t, manyRandom.Weights[Weight], other.Weights[Weight])
+	// Pattern rows repeat with period 2^bits and the scales follow the formula.
+	rowBytes := RowWords(req) * 4
+	w := manyPattern.Weights[Weight]
+	assert.Equal(t, w[3*rowBytes:4*rowBytes], w[(3+16)*rowBytes:(4+16)*rowBytes])
+	groups := req.InFeatures / req.Weight.GroupSize
+	for _, o := range []int{0, 17, 519} {
+		for _, gi := range []int{0, groups - 1} {
+			assert.Equal(t, float32(1+(o+gi)%4)/16, bf16.Get(manyPattern.Weights[Scales], o*groups+gi))
+			assert.Equal(t, float32((o*3+gi)%5-2)/8, bf16.Get(manyPattern.Weights[Biases], o*groups+gi))
+		}
 	}
 }

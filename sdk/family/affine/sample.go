@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kcand/kcand/sdk/bf16"
 	"github.com/kcand/kcand/sdk/spec"
@@ -59,17 +61,20 @@ func RandomSample(req spec.Request, seed uint64) spec.Sample {
 	levels := float32(int(1) << bits)
 	packed := make([]byte, out*RowWords(req)*4)
 	fillRandom(packed, seed)
-	scales := make([]float32, out*groups)
-	biases := make([]float32, out*groups)
-	for i := range scales {
-		scales[i] = (0.5 + rng.Float32()) * 2 / levels
-		biases[i] = -1 + 0.5*rng.Float32()
-	}
+	scales := make([]byte, 2*out*groups)
+	biases := make([]byte, 2*out*groups)
+	forChunks(out*groups, func(c, lo, hi int) {
+		crng := rand.New(rand.NewPCG(seed^0x5ca1e5b1a5e5, uint64(c)))
+		for i := lo; i < hi; i++ {
+			bf16.Set(scales, i, (0.5+crng.Float32())*2/levels)
+			bf16.Set(biases, i, -1+0.5*crng.Float32())
+		}
+	})
 	x := make([]float32, req.Tokens*in)
 	for i := range x {
 		x[i] = uniform()
 	}
-	weights := map[string][]byte{Weight: packed, Scales: bf16.Encode(scales), Biases: bf16.Encode(biases)}
+	weights := map[string][]byte{Weight: packed, Scales: scales, Biases: biases}
 	if req.Bias {
 		bias := make([]float32, out)
 		for i := range bias {
@@ -78,6 +83,34 @@ func RandomSample(req spec.Request, seed uint64) spec.Sample {
 		weights[Bias] = bf16.Encode(bias)
 	}
 	return spec.Sample{Weights: weights, Inputs: map[string][]byte{X: bf16.Encode(x)}}
+}
+
+// sampleChunk is how many elements forChunks hands one goroutine. It is
+// fixed, so a sample depends on its seed alone, not on the core count.
+const sampleChunk = 1 << 16
+
+// forChunks runs body over [0, n) in chunks of sampleChunk, in parallel on
+// every core; chunk c covers [c·sampleChunk, min(n, (c+1)·sampleChunk)).
+func forChunks(n int, body func(c, lo, hi int)) {
+	parallel((n+sampleChunk-1)/sampleChunk, func(c int) {
+		body(c, c*sampleChunk, min(n, (c+1)*sampleChunk))
+	})
+}
+
+// parallel runs body(c) for every c in [0, chunks) on every core.
+func parallel(chunks int, body func(c int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.GOMAXPROCS(0), chunks); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
+				body(c)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // fillRandom fills b with random bytes from seed, in parallel chunks each
@@ -110,32 +143,36 @@ func PatternSample(req spec.Request) spec.Sample {
 	levels := 1 << bits
 	rowBytes := RowWords(req) * 4
 	packed := make([]byte, out*rowBytes)
+	// q depends on o only through o·5 mod levels: rows repeat with period
+	// levels, so pack each distinct row once and copy it.
 	q := make([]uint8, in)
-	scales := make([]float32, out*groups)
-	biases := make([]float32, out*groups)
-	for o := 0; o < out; o++ {
-		// q depends on o only through o·5 mod levels: rows repeat with
-		// period levels, so pack each distinct row once and copy it.
-		if o < levels {
-			for i := range q {
-				q[i] = uint8((o*5 + i + 3*(i/levels)) % levels)
-			}
-			copy(packed[o*rowBytes:], Pack(q, bits))
-		} else {
-			copy(packed[o*rowBytes:(o+1)*rowBytes], packed[(o%levels)*rowBytes:])
+	for o := 0; o < min(out, levels); o++ {
+		for i := range q {
+			q[i] = uint8((o*5 + i + 3*(i/levels)) % levels)
 		}
-		for gi := 0; gi < groups; gi++ {
-			scales[o*groups+gi] = float32(1+(o+gi)%4) / float32(levels)
-			biases[o*groups+gi] = float32((o*3+gi)%5-2) / 8
-		}
+		copy(packed[o*rowBytes:], Pack(q, bits))
 	}
+	scales := make([]byte, 2*out*groups)
+	biases := make([]byte, 2*out*groups)
+	rowsPerChunk := max(1, sampleChunk/groups)
+	parallel((out+rowsPerChunk-1)/rowsPerChunk, func(c int) {
+		for o := c * rowsPerChunk; o < min(out, (c+1)*rowsPerChunk); o++ {
+			if o >= levels {
+				copy(packed[o*rowBytes:(o+1)*rowBytes], packed[(o%levels)*rowBytes:])
+			}
+			for gi := 0; gi < groups; gi++ {
+				bf16.Set(scales, o*groups+gi, float32(1+(o+gi)%4)/float32(levels))
+				bf16.Set(biases, o*groups+gi, float32((o*3+gi)%5-2)/8)
+			}
+		}
+	})
 	x := make([]float32, req.Tokens*in)
 	for t := 0; t < req.Tokens; t++ {
 		for i := 0; i < in; i++ {
 			x[t*in+i] = float32((i*7+t*3)%17-8) / 8
 		}
 	}
-	weights := map[string][]byte{Weight: packed, Scales: bf16.Encode(scales), Biases: bf16.Encode(biases)}
+	weights := map[string][]byte{Weight: packed, Scales: scales, Biases: biases}
 	if req.Bias {
 		bias := make([]float32, out)
 		for o := range bias {
