@@ -101,7 +101,6 @@ typedef unsigned short u16;
 
 #define VPT (GROUP / 4)              // values per lane, row and group
 #define WPT (VPT * BITS / 32)        // packed words per lane, row and group
-#define XPW (32 / BITS)              // values (and x elements) per packed word
 #define XLD (GROUP / 32)             // 16-byte x loads per lane, token and group
 #if BITS == 4
 #define OFFSET 128.0f
