@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GEMV_CU = ROOT / "plugins" / "gemv" / "kernels" / "gemv.cu"
 QMM_CU = ROOT / "plugins" / "qmm" / "kernels" / "qmm.cu"
 STREAM_CU = ROOT / "internal" / "affinegpu" / "kernels" / "stream.cu"
-ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream"}
+WG_CU = ROOT / "plugins" / "qmm" / "kernels" / "wg.cu"   # experimental, sm_90a
+ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream", WG_CU: "affine_wg"}
 
 SMS = 132                 # H200 streaming multiprocessors (replaced by the device's count)
 KERNELS = ()              # --kernel filter: () = all
@@ -319,7 +320,10 @@ def _macros(cfg: dict) -> dict:
 
 
 def _options(cfg: dict):
-    return list(NVRTC_OPTIONS) + [f"-D{k}={v}" for k, v in sorted(_macros(cfg).items())]
+    base = list(NVRTC_OPTIONS)
+    if cfg.get("_arch"):
+        base = [f"-arch={cfg['_arch']}"] + [o for o in base if not o.startswith("-arch")]
+    return base + [f"-D{k}={v}" for k, v in sorted(_macros(cfg).items())]
 
 
 def compile_variant(path: Path, cfg: dict) -> dict:
@@ -372,21 +376,23 @@ def compile_all(variants, jobs: int | None = None):
     print(f"# compiled {len(todo)} variants in {time.time() - t0:.1f}s", flush=True)
 
 
-def get_kernel(path: Path, cfg: dict, smem: int):
+def get_kernel(path: Path, cfg: dict, smem: int, name: str | None = None):
     import cupy
     k = variant_key(path, cfg)
     if k not in _modules:
         compile_all([(path, cfg)])
     m = _modules[k]
-    if m["kernel"] is None:
-        name = ENTRY[path]
+    if m.get("module") is None:
         art = m["artifact"]
         if "cubin" in art:
-            mod = cupy.RawModule(path=str(art["cubin"]))
+            m["module"] = cupy.RawModule(path=str(art["cubin"]))
         else:
             opts = tuple(o for o in art["options"] if not o.startswith("-arch"))
-            mod = cupy.RawModule(code=art["source"], options=opts, backend="nvrtc")
-        m["kernel"] = mod.get_function(name)
+            m["module"] = cupy.RawModule(code=art["source"], options=opts, backend="nvrtc")
+    if name is not None and name != ENTRY[path]:
+        return m["module"].get_function(name)
+    if m["kernel"] is None:
+        m["kernel"] = m["module"].get_function(ENTRY[path])
     kern = m["kernel"]
     if smem > m["smem"]:
         try:
@@ -840,12 +846,114 @@ def sweep_configs(bits, group, t, in_f, out_f):
     return out
 
 
+# -----------------------------------------------------------------------------
+# Experimental: wgmma kernel (plugins/qmm/kernels/wg.cu), int4 group 64.
+# -----------------------------------------------------------------------------
+
+def wg_config(bn: int = 128, stages: int = 5, apf: int = 8) -> dict:
+    return dict(BN=bn, STAGES=stages, APF=apf, _arch="sm_90a")
+
+
+def wg_smem(cfg: dict) -> int:
+    return cfg["STAGES"] * (4 * cfg["BN"] * 32 + cfg["BN"] * 4)
+
+
+def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
+    """Callables launching prep + main on torch's stream, with their own workspace."""
+    import numpy as np
+    import torch
+    bn, in_f, out_f = cfg["BN"], wt.in_f, wt.out_f
+    tiles = -(-tokens // bn)
+    xp = torch.empty(tiles * bn * in_f, dtype=torch.int16, device="cuda")
+    xs = torch.empty(tiles * bn * (in_f // 64), dtype=torch.float32, device="cuda")
+    smem = wg_smem(cfg)
+    prep = get_kernel(WG_CU, cfg, 0, name="affine_wg_prep")
+    main = get_kernel(WG_CU, cfg, smem)
+    w = wt.w if w is None else w
+    scales = wt.scales if scales is None else scales
+    biases = wt.biases if biases is None else biases
+    p = lambda t: np.uint64(t.data_ptr())
+    args_prep = (p(x), p(xp), p(xs), np.int32(tokens), np.int32(in_f))
+    args_main = (p(xp), p(xs), p(w), p(scales), p(biases),
+                 np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
+                 p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f))
+
+    def run():
+        import cupy
+        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            prep((tiles, in_f // 64, 1), (bn, 1, 1), args_prep)
+            main((-(-out_f // 64), tiles, 1), (128, 1, 1), args_main, shared_mem=smem)
+    return run, (xp, xs)
+
+
+def run_wg(quick: bool):
+    """Correctness of the wgmma kernel on fresh random inputs with a poisoned
+    output, then time against torch bf16 at the benchmark shapes."""
+    import torch
+    ok_all = True
+    cfgs = [wg_config(128, 5, 8), wg_config(128, 4, 4), wg_config(64, 4, 8)]
+    compile_all([(WG_CU, c) for c in cfgs])
+    for m in _modules.values():
+        if m["path"] == WG_CU:
+            log = m["artifact"].get("log", "")
+            print("# wg", {k: v for k, v in m["cfg"].items() if not k.startswith("_")}, "ptxas:", ptxas_summary(log),
+                  "SERIALISED" if "C7514" in log else "", flush=True)
+    for ci, (in_f, out_f, t, bias) in enumerate([(1024, 1032, 37, True), (4096, 4096, 128, False),
+                                                 (2048, 512, 300, True), (4096, 14336, 256, False),
+                                                 (14336, 4096, 33, False)]):
+        wt = Weights(4, 64, in_f, out_f, bias, seed=500 + ci)
+        gen = torch.Generator(device="cuda").manual_seed(ci)
+        x = (torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+        ref = wt.reference(x)
+        for cfg in cfgs:
+            y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")
+            run, _ws = wg_launch_fns(cfg, wt, x, y, t)
+            try:
+                run()
+                torch.cuda.synchronize()
+            except Exception as e:
+                print(f"FAIL wg {in_f}->{out_f} t={t} {cfg}: {type(e).__name__}: {e}", flush=True)
+                raise
+            ok, detail = check(y.view(torch.bfloat16), ref)
+            ok_all &= ok
+            print(f"{'PASS' if ok else 'FAIL'} wg {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
+                  f"BN={cfg['BN']} STAGES={cfg['STAGES']}  {detail}", flush=True)
+        del wt
+    if not ok_all:
+        return False
+    print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
+    for in_f, out_f in (BENCH_SHAPES if not quick else BENCH_SHAPES[:2]):
+        wt = Weights(4, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
+        nq = _copies(wt.nbytes())
+        qcopies = [(wt.w, wt.scales, wt.biases)] + [
+            (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]
+        nd = _copies(in_f * out_f * 2)
+        dense = [torch.randn((out_f, in_f), device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(nd)]
+        for t in (256, 4096):
+            x = (torch.rand((t, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
+            ya = torch.empty((t, out_f), device="cuda", dtype=torch.bfloat16)
+            anchor = time_launches([lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense])
+            y = torch.empty((t, out_f), device="cuda", dtype=torch.int16)
+            for cfg in cfgs:
+                keep, fns = [], []
+                for (w, sc, bi) in qcopies:
+                    run, ws = wg_launch_fns(cfg, wt, x, y, t, w, sc, bi)
+                    keep.append(ws)
+                    fns.append(run)
+                ts = time_launches(fns)
+                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} APF={cfg['APF']:<2d}"
+                      f"{ts * 1e6:9.1f} {anchor / ts:7.2f}", flush=True)
+        del qcopies, dense, wt
+        torch.cuda.empty_cache()
+    return True
+
+
 def print_resources():
     """ptxas resource usage of every compiled variant (from NVRTC's log)."""
     print("\n# ptxas resource usage of compiled variants")
     for k, m in sorted(_modules.items(), key=lambda kv: str(kv[0])):
         cfg = m["cfg"]
-        name = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream"}[m["path"]]
+        name = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg"}[m["path"]]
         desc = " ".join(f"{a}={b}" for a, b in _macros(cfg).items())
         print(f"#   {name:4s} {desc}: {ptxas_summary(m['artifact'].get('log', ''))}")
 
@@ -861,6 +969,7 @@ def main():
     ap.add_argument("--tokens", help="comma-separated benchmark token counts (default 1,4,16,256,4096)")
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
+    ap.add_argument("--wg", action="store_true", help="only the experimental wgmma kernel (correctness, then timing)")
     args = ap.parse_args()
     global KERNELS
     KERNELS = tuple(args.kernel or ())
@@ -881,6 +990,10 @@ def main():
     SMS = dev.multi_processor_count
     t0 = time.time()
     ok = True
+    if args.wg:
+        ok = run_wg(args.quick)
+        print(f"# total {time.time() - t0:.1f}s; wg {'OK' if ok else 'FAILED'}")
+        sys.exit(0 if ok else 1)
     if args.only in (None, "correctness"):
         ok = run_correctness(args.quick)
     if args.only in (None, "bench"):
