@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/internal/refcandidate"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
@@ -33,6 +34,7 @@ const (
 	BadPlan        = "bad-plan"        // exports a launch plan pointing at a buffer it was not given
 	BadDescription = "bad-description" // describes two fallbacks for one family
 	FailExecute    = "fail-execute"    // every Execute fails with an internal error
+	LostContext    = "lost-context"    // every Execute fails with a sticky CUDA error (illegal address), as a faulting kernel would
 	ProtoV2        = "proto-v2"        // speaks protocol version 2
 )
 
@@ -62,6 +64,8 @@ func main() {
 		cand.Export = badPlan
 	case FailExecute:
 		cand.BeforeExecute = func() error { return errors.New("fault injection: execute failed") }
+	case LostContext:
+		cand.BeforeExecute = func() error { return cuda.Result(700) } // CUDA_ERROR_ILLEGAL_ADDRESS
 	case KillBenchmark, LyingBenchmark, BadDescription, ProtoV2:
 	default:
 		fmt.Fprintf(os.Stderr, "faultplugin: unknown fault %q\n", fault)
@@ -77,6 +81,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	rt.ExitOnContextLoss() // as sdk.Serve does for every real plugin
 	sdk.ServePlugin(opts, logger, &liar{Runtime: rt, fault: fault})
 }
 

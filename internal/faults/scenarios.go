@@ -28,6 +28,7 @@ func Scenarios() []Scenario {
 		{"wrong-numbers", "candidate returns one wrong element", faultDuringTuning("wrong-numbers")},
 		{"lying-benchmark", "plugin reports 1 ns per iteration", faultDuringTuning("lying-benchmark")},
 		{"bad-launch-plan", "candidate exports a launch plan pointing at a buffer it was not given", faultDuringTuning("bad-plan")},
+		{"lost-context", "every execution fails with a sticky CUDA error (a faulting kernel's illegal address)", faultDuringTuning("lost-context")},
 		{"bad-description", "plugin describes two fallbacks for one family", refusedAtStart("bad-description")},
 		{"checksum-mismatch", "SHA256SUMS pins another digest for gemv", checksumMismatch},
 		{"version-mismatch", "plugin speaks protocol version 2", refusedAtStart("proto-v2")},
