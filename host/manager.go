@@ -198,6 +198,7 @@ type Plugin struct {
 	generation uint64
 	restarts   int
 	lastErr    error
+	startTook  time.Duration // launch to description, first start
 	ready      chan struct{} // closed when a restart ends
 	wake       chan struct{} // nudges the watcher
 }
@@ -221,13 +222,16 @@ type Health struct {
 	Restarts   int
 	PID        int
 	LastError  string
+	// StartTook is the first start's time from launching the process to
+	// holding its candidate list (handshake, TLS, Describe).
+	StartTook time.Duration
 }
 
 // Health reports the plugin's state.
 func (p *Plugin) Health() Health {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h := Health{Running: p.state == stateRunning && !p.client.Exited(), Generation: p.generation, Restarts: p.restarts}
+	h := Health{Running: p.state == stateRunning && !p.client.Exited(), Generation: p.generation, Restarts: p.restarts, StartTook: p.startTook}
 	if rc := p.client.ReattachConfig(); rc != nil && rc.Pid > 0 {
 		h.PID = rc.Pid
 	}
@@ -239,6 +243,7 @@ func (p *Plugin) Health() Health {
 
 // start launches the process, handshakes and asks for its description.
 func (p *Plugin) start(ctx context.Context) error {
+	began := time.Now()
 	client, rpc, err := p.launch()
 	if err != nil {
 		return err
@@ -258,11 +263,14 @@ func (p *Plugin) start(ctx context.Context) error {
 		client.Kill()
 		return fmt.Errorf("plugin %s: bad description: %w", p.bin.name, err)
 	}
+	took := time.Since(began)
 	p.mu.Lock()
 	p.client, p.rpc, p.desc, p.state, p.generation = client, rpc, desc, stateRunning, 1
 	p.wake = make(chan struct{}, 1)
+	p.startTook = took
 	p.mu.Unlock()
-	p.logger.Info("plugin started", "path", p.bin.path, "version", desc.Version, "candidates", len(desc.Candidates), "pid", pidOf(client))
+	p.logger.Info("plugin started", "path", p.bin.path, "version", desc.Version, "candidates", len(desc.Candidates), "pid", pidOf(client),
+		"start_ms", float64(took.Microseconds())/1e3)
 	return nil
 }
 

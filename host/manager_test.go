@@ -34,6 +34,7 @@ func TestManagerStartsAndDescribesPlugins(t *testing.T) {
 		h := p.Health()
 		assert.True(t, h.Running, "%s running", p.Name())
 		assert.NotZero(t, h.PID)
+		assert.Positive(t, h.StartTook, "%s: launch-to-description time recorded", p.Name())
 		assert.Len(t, p.Digest(), 64)
 	}
 	assert.Equal(t, []string{"fp8tc", "gemv", "mxfp4", "qmm"}, names)

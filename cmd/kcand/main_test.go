@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 func TestPluginsListsEveryPlugin(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(context.Background(), []string{"plugins", "--plugin-dir", pluginDir, "--device", "cpu"}, &out, &errOut), errOut.String())
-	for _, want := range []string{"qmm", "gemv", "mxfp4", "fp8tc", "fallback", "none yet", "running pid"} {
+	for _, want := range []string{"qmm", "gemv", "mxfp4", "fp8tc", "fallback", "none yet", "running pid", "started in"} {
 		assert.Contains(t, out.String(), want)
 	}
 }

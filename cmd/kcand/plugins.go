@@ -39,7 +39,7 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			cands = []string{"none yet"}
 		}
 		health := p.Health()
-		state := fmt.Sprintf("running pid %d", health.PID)
+		state := fmt.Sprintf("running pid %d, started in %.0f ms", health.PID, float64(health.StartTook.Microseconds())/1e3)
 		if !health.Running {
 			state = "down: " + health.LastError
 		}
