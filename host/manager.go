@@ -223,7 +223,8 @@ type Health struct {
 	PID        int
 	LastError  string
 	// StartTook is the first start's time from launching the process to
-	// holding its candidate list (handshake, TLS, Describe).
+	// holding its candidate list (checksum of the binary, process start,
+	// handshake, TLS, Describe).
 	StartTook time.Duration
 }
 

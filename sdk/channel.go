@@ -142,11 +142,11 @@ func (r *Runtime) channelExecute(b []byte, ord *channelOrdering) (us float64, er
 	}
 	io, err := r.devices.open(e.dev, buffers)
 	if err != nil {
-		return 0, err
+		return 0, r.checkContext(err)
 	}
 	stream := ord.dev.Stream()
 	if err := stream.Wait(ord.ready); err != nil {
-		return 0, err
+		return 0, r.checkContext(err)
 	}
 	start := time.Now()
 	execErr := e.prepared.Execute(context.Background(), io)

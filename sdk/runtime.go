@@ -79,10 +79,12 @@ func (r *Runtime) checkContext(err error) error {
 }
 
 // deviceLost fails a call that would touch the device once the context is
-// lost: the process is about to exit, and nothing it runs can succeed.
+// lost: the process is about to exit, and nothing it runs can succeed. The
+// call did not run, so it is ErrUnavailable: the host retries it in the
+// fresh process (ErrDeviceLost is for the call that hit the fault).
 func (r *Runtime) deviceLost() error {
 	if r.lost.Load() {
-		return fmt.Errorf("%w: plugin %s lost its CUDA context and is exiting", errdefs.ErrDeviceLost, r.name)
+		return fmt.Errorf("%w: plugin %s lost its CUDA context and is exiting", ErrUnavailable, r.name)
 	}
 	return nil
 }
@@ -209,7 +211,7 @@ func (r *Runtime) Prepare(ctx context.Context, req PrepareRequest) (info Prepare
 	}
 	dev, weights, err := r.devices.openAll(req.Hardware.Kind, req.Weights)
 	if err != nil {
-		return PreparedInfo{}, err
+		return PreparedInfo{}, r.checkContext(err)
 	}
 	p, err := c.Prepare(ctx, Env{Device: dev, Logger: r.logger.Named(req.Candidate)}, req.Request, weights)
 	if err != nil {
@@ -220,7 +222,7 @@ func (r *Runtime) Prepare(ctx context.Context, req PrepareRequest) (info Prepare
 		plan, err := exp.Export()
 		if err != nil {
 			_ = p.Release()
-			return PreparedInfo{}, err
+			return PreparedInfo{}, r.checkContext(err)
 		}
 		info.Launch = withoutKnownImages(plan, req.KnownModules)
 	}
@@ -273,7 +275,7 @@ func (r *Runtime) Execute(ctx context.Context, req ExecuteRequest) (us float64, 
 	}
 	io, err := r.devices.open(e.dev, req.Buffers)
 	if err != nil {
-		return 0, err
+		return 0, r.checkContext(err)
 	}
 	start := time.Now()
 	if err := e.prepared.Execute(ctx, io); err != nil {
@@ -304,7 +306,7 @@ func (r *Runtime) Benchmark(ctx context.Context, req BenchmarkRequest) (res Benc
 	}
 	io, err := r.devices.open(e.dev, req.Buffers)
 	if err != nil {
-		return res, err
+		return res, r.checkContext(err)
 	}
 	start := time.Now()
 	for i := 0; i < req.Warmup; i++ {

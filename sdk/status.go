@@ -18,12 +18,14 @@ const (
 	classUnsupported = "unsupported"
 	classNotFound    = "not_found"
 	classDeviceLost  = "device_lost"
+	classUnavailable = "unavailable"
 	classInternal    = "internal"
 )
 
-// ErrUnavailable says the plugin process could not be reached (it died,
-// hung past its deadline, or is restarting). It is not one of the request
-// error classes: the same call may succeed after a restart.
+// ErrUnavailable says the plugin process could not serve the call (it died,
+// hung past its deadline, is restarting, or is exiting after losing its
+// CUDA context). It is not one of the request error classes: the same call
+// may succeed after a restart.
 var ErrUnavailable = errors.New("plugin unavailable")
 
 // errorDetail describes an error's class and, for field errors, the field
@@ -31,6 +33,12 @@ var ErrUnavailable = errors.New("plugin unavailable")
 func errorDetail(err error) (*pb.ErrorDetail, codes.Code) {
 	detail := &pb.ErrorDetail{Reason: err.Error()}
 	code := codes.Internal
+	if errors.Is(err, ErrUnavailable) {
+		// The plugin cannot serve the call now (it is exiting): the host
+		// may retry it once the process is replaced.
+		detail.Class = classUnavailable
+		return detail, codes.Unavailable
+	}
 	switch errdefs.Class(err) {
 	case errdefs.ErrInvalidRequest:
 		detail.Class, code = classInvalid, codes.InvalidArgument
@@ -64,6 +72,8 @@ func errorFromDetail(detail *pb.ErrorDetail, message string) error {
 		return &remoteError{class: errdefs.ErrNotFound, msg: message}
 	case classDeviceLost:
 		return &remoteError{class: errdefs.ErrDeviceLost, msg: message}
+	case classUnavailable:
+		return &remoteError{class: ErrUnavailable, msg: message}
 	default:
 		return &remoteError{class: errdefs.ErrInternal, msg: message}
 	}

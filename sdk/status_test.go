@@ -28,6 +28,9 @@ func TestErrorClassesSurviveTheWire(t *testing.T) {
 		{"not found", errors.Join(errdefs.ErrNotFound, errors.New("id 7")), errdefs.ErrNotFound},
 		{"internal", errdefs.Internal("boom"), errdefs.ErrInternal},
 		{"device lost", fmt.Errorf("%w: cuStreamSynchronize: %w", errdefs.ErrDeviceLost, errors.New("CUDA_ERROR_ILLEGAL_ADDRESS")), errdefs.ErrDeviceLost},
+		// device lost wins over the class of the error it wraps
+		{"device lost, invalid inside", fmt.Errorf("%w: %w", errdefs.ErrDeviceLost, errdefs.Invalid("buffers.x", 0, "cannot open")), errdefs.ErrDeviceLost},
+		{"exiting", fmt.Errorf("%w: plugin p lost its CUDA context and is exiting", ErrUnavailable), ErrUnavailable},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,8 +1,11 @@
 // Command qmm is the affine family's fallback plugin: a matrix kernel that
 // serves any token count. On a GPU it runs kernels/qmm.cu (bf16 tensor-core
-// mma with dequantisation in registers), compiled by NVRTC per variant and
-// exported for the host to launch; on the CPU device it dequantises each
-// weight row once and multiplies it with every token.
+// mma with dequantisation in registers) or, for 9 to 32 tokens of 4- or
+// 8-bit weights, the weight-streaming kernel internal/affinegpu/kernels/
+// stream.cu; either is compiled by NVRTC per variant and exported for the
+// host to launch. On the CPU device it dequantises each weight row once and
+// multiplies it with every token. (kernels/wg.cu is an experimental wgmma
+// kernel the plugin does not use yet.)
 package main
 
 import (

@@ -61,14 +61,14 @@ func Class(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, ErrDeviceLost): // first: it wraps whatever the failed call returned
+		return ErrDeviceLost
 	case errors.Is(err, ErrInvalidRequest):
 		return ErrInvalidRequest
 	case errors.Is(err, ErrUnsupported):
 		return ErrUnsupported
 	case errors.Is(err, ErrNotFound):
 		return ErrNotFound
-	case errors.Is(err, ErrDeviceLost):
-		return ErrDeviceLost
 	default:
 		return ErrInternal
 	}

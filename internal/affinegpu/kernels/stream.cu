@@ -6,7 +6,8 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/g] * q[o][i] + biases[o][i/g])  (+ bias[o])
 //
-// Compiled at run time by NVRTC for sm_90 (mma.sync bf16; no #include: bf16
+// Compiled at run time by NVRTC for the device (sm_80 or newer: mma.sync bf16,
+// cp.async; the plugins target sm_90 on the H200; no #include: bf16
 // travels as unsigned short). NVRTC options: -arch=sm_90 -std=c++17 plus the
 // -D macros below. Entry point is extern "C" (unmangled).
 //
@@ -28,7 +29,8 @@
 //   NT     8-token n-tiles per block (1, 2 or 4): blockIdx.y walks 8*NT-token tiles
 //   KW     warps per block (1..8); each takes every KW-th step of the rows
 //   U      groups per step (2..16, a power of two): SEG = U*GROUP*BITS/8
-//          packed bytes per row and step, a multiple of 128; in/GROUP % U == 0
+//          packed bytes per row and step: 128, 256 or 512;
+//          in/GROUP % U == 0
 //   D      ring slots per warp (2..4): D-1 steps are in flight while one is used
 //   MINB   blocks per SM the register allocation must allow (default 1)
 //   SPK    1 (default): read a step's scales and biases once per row as
@@ -140,9 +142,11 @@ KC_DEV u32 kc_nib(u32 w, int j) {
     asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(d) : "r"(v));   // (a & b) | c
     return d;
 }
+// pair * (16, 16), exact (a power of two). fma with -0 rather than mul:
+// mul.bf16x2 needs sm_90, fma.bf16x2 runs from sm_80 like the rest.
 KC_DEV u32 kc_times16(u32 pair) {
     u32 d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(pair), "r"(0x41804180u));   // * (16, 16), exact
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(pair), "r"(0x41804180u), "r"(0x80008000u));
     return d;
 }
 // c = a*b (+ c when acc), m16n8k16 bf16 -> fp32.
@@ -195,8 +199,8 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #define SCP (SSEG < 16 ? SSEG : 16)          // bytes per cp.async of scales
 #define SSTRIDE (SSEG < 16 ? 16 : SSEG)
 #define SLOT (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
-#if SEG % 128 != 0
-#error "U*GROUP*BITS/8 must be a multiple of 128"
+#if SEG % 128 != 0 || SEG > 512
+#error "U*GROUP*BITS/8 must be 128, 256 or 512 (whole lines, at most 32 lanes per row piece)"
 #endif
 
 

@@ -10,7 +10,7 @@
 //     writes x in the B-operand layout below (permuted to match the A
 //     unpacking) and per-group x sums in fp32. Tokens past the end are zeros.
 //   affine_wg(xp, xsum, weight, scales, biases, bias, y, tokens, in, out)
-//     grid (out/64, ceil(tokens/BN)), block 128 (one warpgroup), dynamic
+//     grid (ceil(out/64), ceil(tokens/BN)), block 128 (one warpgroup), dynamic
 //     shared memory STAGES*STAGE_BYTES.
 // Workspace: xp  = ceil(tokens/BN)*BN * in * 2 bytes,
 //            xsum = ceil(tokens/BN)*BN * (in/64) * 4 bytes.
@@ -229,9 +229,9 @@ affine_wg(const u16* __restrict__ xp, const float* __restrict__ xsum, const u32*
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
 
-    // Ring of STAGES slots: group grp-1 is still being folded (and its
-    // wgmmas may run) while grp is multiplied, so STAGES-2 groups are in
-    // flight ahead.
+    // Ring of STAGES slots; STAGES-2 groups are in flight ahead. (Two slots
+    // stay out of the ring's way: the group being multiplied and the one
+    // before, which the overlapping variant folded while grp ran.)
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
         if (s < groups) issue(s, s);
