@@ -86,6 +86,11 @@ func (c StreamConfig) Defines() map[string]int {
 	return map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "NT": c.NT, "KW": c.KW, "U": c.U, "D": c.D}
 }
 
+// Variant is the kernel variant to compile: entry point and macros.
+func (c StreamConfig) Variant() gpukernel.Variant {
+	return gpukernel.Variant{Entry: StreamEntry, Defines: c.Defines()}
+}
+
 // SharedBytes is the dynamic shared memory of a launch: the warps' rings,
 // or the K-split reduction when that is larger.
 func (c StreamConfig) SharedBytes() int {
@@ -125,7 +130,7 @@ func PrepareStream(env sdk.Env, req sdk.Request, weights sdk.Buffers, cfg Stream
 	if err != nil {
 		return nil, err
 	}
-	k, err := streamKernels.Get(dev, StreamSource, gpukernel.Variant{Entry: StreamEntry, Defines: cfg.Defines()})
+	k, err := streamKernels.Get(dev, StreamSource, cfg.Variant())
 	if err != nil {
 		return nil, err
 	}

@@ -85,7 +85,9 @@ func TestStreamVariantsFitTheGPU(t *testing.T) {
 		assert.GreaterOrEqual(t, 2*cfg.U, 4, req.Key())
 		assert.GreaterOrEqual(t, groups/cfg.U, cfg.KW, "%s: a warp without steps", req.Key())
 		assert.LessOrEqual(t, cfg.SharedBytes(), 227<<10, req.Key())
-		assert.GreaterOrEqual(t, 8*cfg.NT*int(ceilDiv(req.Tokens, 8*cfg.NT)), req.Tokens)
+		grid, _, _ := cfg.Launch(req)
+		assert.GreaterOrEqual(t, int(grid[1])*8*cfg.NT, req.Tokens, "%s: token tiles cover every token", req.Key())
+		assert.GreaterOrEqual(t, int(grid[0])*16*cfg.MT, req.OutFeatures, "%s: row tiles cover every row", req.Key())
 	}
 	assert.Greater(t, served, 100)
 }

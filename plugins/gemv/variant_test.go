@@ -28,5 +28,5 @@ func tensorCoreChoice(req sdk.Request, sms int) plugintest.Choice {
 	}
 	grid, block, shared := sc.Launch(req)
 	return plugintest.Choice{OK: true, Source: &affinegpu.StreamSource,
-		Variant: gpukernel.Variant{Entry: affinegpu.StreamEntry, Defines: sc.Defines()}, Grid: grid, Block: block, SharedBytes: shared}
+		Variant: sc.Variant(), Grid: grid, Block: block, SharedBytes: shared}
 }

@@ -14,7 +14,7 @@ func choice(req sdk.Request, sms int) plugintest.Choice {
 		if sc, why := affinegpu.ChooseStream(req, sms); why == "" {
 			grid, block, shared := sc.Launch(req)
 			return plugintest.Choice{OK: true, Source: &affinegpu.StreamSource,
-				Variant: gpukernel.Variant{Entry: affinegpu.StreamEntry, Defines: sc.Defines()}, Grid: grid, Block: block, SharedBytes: shared}
+				Variant: sc.Variant(), Grid: grid, Block: block, SharedBytes: shared}
 		}
 	}
 	cfg := chooseQMM(req, sms)

@@ -117,21 +117,16 @@ func parallel(chunks int, body func(c int)) {
 // with its own generator, so the result depends on seed alone.
 func fillRandom(b []byte, seed uint64) {
 	const chunk = 1 << 22
-	var wg sync.WaitGroup
-	for off := 0; off < len(b); off += chunk {
-		wg.Add(1)
-		go func(part []byte, n uint64) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, n))
-			for i := 0; i+8 <= len(part); i += 8 {
-				binary.LittleEndian.PutUint64(part[i:], rng.Uint64())
-			}
-			for i := len(part) &^ 7; i < len(part); i++ {
-				part[i] = byte(rng.Uint32())
-			}
-		}(b[off:min(off+chunk, len(b))], uint64(off/chunk))
-	}
-	wg.Wait()
+	parallel((len(b)+chunk-1)/chunk, func(c int) {
+		part := b[c*chunk : min((c+1)*chunk, len(b))]
+		rng := rand.New(rand.NewPCG(seed, uint64(c)))
+		for i := 0; i+8 <= len(part); i += 8 {
+			binary.LittleEndian.PutUint64(part[i:], rng.Uint64())
+		}
+		for i := len(part) &^ 7; i < len(part); i++ {
+			part[i] = byte(rng.Uint32())
+		}
+	})
 }
 
 // PatternSample builds deterministic inputs that exercise every quantised
