@@ -850,22 +850,30 @@ def sweep_configs(bits, group, t, in_f, out_f):
 # Experimental: wgmma kernel (plugins/qmm/kernels/wg.cu), int4 group 64.
 # -----------------------------------------------------------------------------
 
-def wg_config(bn: int = 128, stages: int = 5, apf: int = 8) -> dict:
-    return dict(BN=bn, STAGES=stages, APF=apf, _arch="sm_90a")
+def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 2, band: int = 16) -> dict:
+    """A variant of wg.cu; the defaults are what plugins/qmm/wgmma.go runs (wgDefault)."""
+    return dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _arch="sm_90a")
+
+
+def wg_stage_bytes(cfg: dict) -> int:
+    return 4 * cfg["BN"] * 32 + cfg["BN"] * 4
 
 
 def wg_smem(cfg: dict) -> int:
-    return cfg["STAGES"] * (4 * cfg["BN"] * 32 + cfg["BN"] * 4)
+    return cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * 64 * cfg["WGS"] * (8 * 32 + 32 + 32)
+
+
+def wg_threads(cfg: dict) -> int:
+    return 128 * cfg["WGS"] + 128
 
 
 def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
-    """Callables launching prep + main on torch's stream, with their own workspace."""
+    """A callable launching prep + main on torch's stream, and its workspace."""
     import numpy as np
     import torch
     bn, in_f, out_f = cfg["BN"], wt.in_f, wt.out_f
     tiles = -(-tokens // bn)
-    xp = torch.empty(tiles * bn * in_f, dtype=torch.int16, device="cuda")
-    xs = torch.empty(tiles * bn * (in_f // 64), dtype=torch.float32, device="cuda")
+    xp = torch.empty(tiles * (in_f // 64) * wg_stage_bytes(cfg), dtype=torch.uint8, device="cuda")
     smem = wg_smem(cfg)
     prep = get_kernel(WG_CU, cfg, 0, name="affine_wg_prep")
     main = get_kernel(WG_CU, cfg, smem)
@@ -873,17 +881,23 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     scales = wt.scales if scales is None else scales
     biases = wt.biases if biases is None else biases
     p = lambda t: np.uint64(t.data_ptr())
-    args_prep = (p(x), p(xp), p(xs), np.int32(tokens), np.int32(in_f))
-    args_main = (p(xp), p(xs), p(w), p(scales), p(biases),
+    args_prep = (p(x), p(xp), np.int32(tokens), np.int32(in_f))
+    args_main = (p(xp), p(w), p(scales), p(biases),
                  np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
-                 p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f))
+                 p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]))
+    row_blocks = -(-out_f // (64 * cfg["WGS"]))
+    threads = wg_threads(cfg)
 
     def run():
         import cupy
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
             prep((tiles, in_f // 64, 1), (bn, 1, 1), args_prep)
-            main((-(-out_f // 64), tiles, 1), (128, 1, 1), args_main, shared_mem=smem)
-    return run, (xp, xs)
+            main((row_blocks * tiles, 1, 1), (threads, 1, 1), args_main, shared_mem=smem)
+    return run, xp
+
+
+WG_TOKENS = (256, 4096)
+WG_CONFIGS = [wg_config(), wg_config(128, 4, 2, 2, 16), wg_config(128, 5, 2, 3, 16)]
 
 
 def run_wg(quick: bool):
@@ -891,16 +905,29 @@ def run_wg(quick: bool):
     output, then time against torch bf16 at the benchmark shapes."""
     import torch
     ok_all = True
-    cfgs = [wg_config(128, 5, 8), wg_config(128, 4, 4), wg_config(64, 4, 8)]
-    compile_all([(WG_CU, c) for c in cfgs])
+    cfgs, failed = [], set()
+    for c in WG_CONFIGS:     # a variant that does not compile is reported and skipped
+        try:
+            compile_all([(WG_CU, c)])
+            cfgs.append(c)
+        except RuntimeError as e:
+            ok_all = False
+            print(f"FAIL wg compile {c}: {str(e)[:3000]}", flush=True)
     for m in _modules.values():
         if m["path"] == WG_CU:
             log = m["artifact"].get("log", "")
-            print("# wg", {k: v for k, v in m["cfg"].items() if not k.startswith("_")}, "ptxas:", ptxas_summary(log),
+            regs = "; ".join(f"{f} {r} regs" for f, r in
+                             re.findall(r"Compiling entry function '(\w+)'[\s\S]*?Used (\d+) registers", log))
+            print("# wg", {k: v for k, v in m["cfg"].items() if not k.startswith("_")}, "ptxas:", regs or ptxas_summary(log),
+                  "spills" if re.search(r"[1-9]\d* bytes spill", log) else "",
                   "SERIALISED" if "C7514" in log else "", flush=True)
+            for line in log.splitlines():
+                if "Performance" in line or "serializ" in line:
+                    print("#   ", line.strip()[:300], flush=True)
     for ci, (in_f, out_f, t, bias) in enumerate([(1024, 1032, 37, True), (4096, 4096, 128, False),
                                                  (2048, 512, 300, True), (4096, 14336, 256, False),
-                                                 (14336, 4096, 33, False)]):
+                                                 (14336, 4096, 33, False), (1152, 1032, 65, True),
+                                                 (640, 136, 129, False)]):
         wt = Weights(4, 64, in_f, out_f, bias, seed=500 + ci)
         gen = torch.Generator(device="cuda").manual_seed(ci)
         x = (torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
@@ -916,11 +943,12 @@ def run_wg(quick: bool):
                 raise
             ok, detail = check(y.view(torch.bfloat16), ref)
             ok_all &= ok
+            if not ok:
+                failed.add(variant_key(WG_CU, cfg))
             print(f"{'PASS' if ok else 'FAIL'} wg {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
-                  f"BN={cfg['BN']} STAGES={cfg['STAGES']}  {detail}", flush=True)
+                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']}  {detail}", flush=True)
         del wt
-    if not ok_all:
-        return False
+    cfgs = [c for c in cfgs if variant_key(WG_CU, c) not in failed]   # time the correct ones only
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
     for in_f, out_f in (BENCH_SHAPES if not quick else BENCH_SHAPES[:2]):
         wt = Weights(4, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
@@ -929,7 +957,7 @@ def run_wg(quick: bool):
             (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]
         nd = _copies(in_f * out_f * 2)
         dense = [torch.randn((out_f, in_f), device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(nd)]
-        for t in (256, 4096):
+        for t in WG_TOKENS:
             x = (torch.rand((t, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
             ya = torch.empty((t, out_f), device="cuda", dtype=torch.bfloat16)
             anchor = time_launches([lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense])
@@ -941,11 +969,12 @@ def run_wg(quick: bool):
                     keep.append(ws)
                     fns.append(run)
                 ts = time_launches(fns)
-                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} APF={cfg['APF']:<2d}"
-                      f"{ts * 1e6:9.1f} {anchor / ts:7.2f}", flush=True)
+                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']}"
+                      f"{ts * 1e6:9.1f} {anchor / ts:7.2f}  {2 * t * in_f * out_f / ts / 1e12:6.0f} TFLOP/s"
+                      f" (torch {2 * t * in_f * out_f / anchor / 1e12:4.0f})", flush=True)
         del qcopies, dense, wt
         torch.cuda.empty_cache()
-    return True
+    return ok_all
 
 
 def print_resources():
@@ -970,6 +999,7 @@ def main():
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--wg", action="store_true", help="only the experimental wgmma kernel (correctness, then timing)")
+    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND,... (default WG_CONFIGS)")
     args = ap.parse_args()
     global KERNELS
     KERNELS = tuple(args.kernel or ())
@@ -991,6 +1021,11 @@ def main():
     t0 = time.time()
     ok = True
     if args.wg:
+        global WG_CONFIGS, WG_TOKENS
+        if args.wg_configs:
+            WG_CONFIGS = [wg_config(*(int(v) for v in c.split(":"))) for c in args.wg_configs.split(",")]
+        if args.tokens:
+            WG_TOKENS = BENCH_TOKENS
         ok = run_wg(args.quick)
         print(f"# total {time.time() - t0:.1f}s; wg {'OK' if ok else 'FAILED'}")
         sys.exit(0 if ok else 1)

@@ -66,12 +66,13 @@ func CUDA(env sdk.Env) (*cuda.Device, error) {
 	return d, nil
 }
 
-// Prepared is an affine kernel bound to one request's weights.
+// Prepared is an affine kernel (or a sequence of kernels sharing a
+// workspace) bound to one request's weights.
 type Prepared struct {
-	req     sdk.Request
-	kernel  *gpukernel.Kernel
-	launch  gpukernel.Launch
-	weights sdk.Buffers
+	req       sdk.Request
+	steps     []gpukernel.Step
+	workspace int64
+	weights   sdk.Buffers
 }
 
 var (
@@ -79,23 +80,34 @@ var (
 	_ sdk.Exporter = (*Prepared)(nil)
 )
 
-// NewPrepared checks the weights against the request and binds them.
+// NewPrepared checks the weights against the request and binds them to one
+// kernel launch.
 func NewPrepared(req sdk.Request, weights sdk.Buffers, k *gpukernel.Kernel, grid, block [3]uint32, shared uint32) (*Prepared, error) {
+	return NewPreparedSteps(req, weights, []gpukernel.Step{{Kernel: k,
+		Launch: gpukernel.Launch{Grid: grid, Block: block, SharedBytes: shared, Params: Params(req)}}}, 0)
+}
+
+// NewPreparedSteps checks the weights against the request and binds them to
+// launches run in order, which may use a workspace of the given size (bound
+// as sdk.BufferWorkspace).
+func NewPreparedSteps(req sdk.Request, weights sdk.Buffers, steps []gpukernel.Step, workspace int64) (*Prepared, error) {
 	if err := affine.CheckBindings(affine.WeightSizes(req), weights); err != nil {
 		return nil, err
 	}
-	return &Prepared{req: req, kernel: k, weights: weights,
-		launch: gpukernel.Launch{Grid: grid, Block: block, SharedBytes: shared, Params: Params(req)}}, nil
+	if len(steps) == 0 {
+		return nil, errdefs.Internal("affine kernel for %s has no launches", req.Key())
+	}
+	return &Prepared{req: req, steps: steps, workspace: workspace, weights: weights}, nil
 }
 
 // WorkspaceBytes implements sdk.Prepared.
-func (p *Prepared) WorkspaceBytes() int64 { return 0 }
+func (p *Prepared) WorkspaceBytes() int64 { return p.workspace }
 
 // Release implements sdk.Prepared.
 func (p *Prepared) Release() error { return nil }
 
 // Export implements sdk.Exporter.
-func (p *Prepared) Export() (sdk.LaunchPlan, error) { return p.kernel.Plan(p.launch), nil }
+func (p *Prepared) Export() (sdk.LaunchPlan, error) { return gpukernel.Plan(p.steps...), nil }
 
 // Execute implements sdk.Prepared: it launches on the plugin's stream.
 func (p *Prepared) Execute(_ context.Context, io sdk.Buffers) error {
@@ -105,6 +117,11 @@ func (p *Prepared) Execute(_ context.Context, io sdk.Buffers) error {
 	if err := affine.CheckBindings(affine.OutputSizes(p.req), io); err != nil {
 		return err
 	}
+	if p.workspace > 0 {
+		if err := affine.CheckBindings(map[string]int64{sdk.BufferWorkspace: p.workspace}, io); err != nil {
+			return err
+		}
+	}
 	all := make(map[string]device.Buffer, len(p.weights)+len(io))
 	for k, v := range p.weights {
 		all[k] = v
@@ -112,10 +129,24 @@ func (p *Prepared) Execute(_ context.Context, io sdk.Buffers) error {
 	for k, v := range io {
 		all[k] = v
 	}
-	return p.kernel.Run(p.launch, all)
+	for _, s := range p.steps {
+		if err := s.Kernel.Run(s.Launch, all); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// Describe names the kernel variant for logs.
+// Describe names the kernel variant for logs: each launch's entry point
+// and geometry.
 func (p *Prepared) Describe() string {
-	return fmt.Sprintf("%s grid %v block %v shared %d", p.kernel.Entry, p.launch.Grid, p.launch.Block, p.launch.SharedBytes)
+	parts := make([]string, len(p.steps))
+	for i, s := range p.steps {
+		parts[i] = fmt.Sprintf("%s grid %v block %v shared %d", s.Kernel.Entry, s.Launch.Grid, s.Launch.Block, s.Launch.SharedBytes)
+	}
+	d := strings.Join(parts, "; ")
+	if p.workspace > 0 {
+		d += fmt.Sprintf("; workspace %d bytes", p.workspace)
+	}
+	return d
 }

@@ -4,8 +4,9 @@
 // 8-bit weights, the weight-streaming kernel internal/affinegpu/kernels/
 // stream.cu; either is compiled by NVRTC per variant and exported for the
 // host to launch. On the CPU device it dequantises each weight row once and
-// multiplies it with every token. (kernels/wg.cu is an experimental wgmma
-// kernel the plugin does not use yet.)
+// multiplies it with every token. A second candidate, qmm/wgmma, runs
+// kernels/wg.cu on Hopper (compute capability 9.0) for 4-bit, group-64
+// weights at 33 or more tokens; the host times both and keeps the faster.
 package main
 
 import (
@@ -64,5 +65,5 @@ func (qmm) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk.
 }
 
 func main() {
-	sdk.Serve(sdk.Options{Name: "qmm", Version: version}, qmm{})
+	sdk.Serve(sdk.Options{Name: "qmm", Version: version}, qmm{}, qmmWGMMA{})
 }

@@ -72,9 +72,20 @@ type Kernel struct {
 	Module sdk.Module
 	Entry  string
 	fn     *cuda.Function
+	mod    *cuda.Module
 	dev    *cuda.Device
 	// CacheHit says NVRTC's disk cache supplied the image.
 	CacheHit bool
+}
+
+// Sibling is another entry point of the same compiled module (a source
+// with several kernels launched one after another).
+func (k *Kernel) Sibling(entry string) (*Kernel, error) {
+	fn, err := k.mod.Function(entry)
+	if err != nil {
+		return nil, err
+	}
+	return &Kernel{Module: k.Module, Entry: entry, fn: fn, mod: k.mod, dev: k.dev, CacheHit: k.CacheHit}, nil
 }
 
 // Cache compiles each variant once per process.
@@ -120,7 +131,7 @@ func (c *Cache) Get(dev *cuda.Device, src Source, v Variant) (*Kernel, error) {
 	if out.Format == cuda.FormatPTX {
 		kind = sdk.ModulePTX
 	}
-	k := &Kernel{Module: sdk.NewModule(kind, out.Image), Entry: v.Entry, fn: fn, dev: dev, CacheHit: out.CacheHit}
+	k := &Kernel{Module: sdk.NewModule(kind, out.Image), Entry: v.Entry, fn: fn, mod: mod, dev: dev, CacheHit: out.CacheHit}
 	c.kernels[key] = k
 	return k, nil
 }
@@ -132,14 +143,31 @@ type Launch struct {
 	Params      []sdk.Param
 }
 
+// Step is one launch of one kernel, part of a candidate's execution.
+type Step struct {
+	Kernel *Kernel
+	Launch Launch
+}
+
 // Plan is the launch plan of k with one launch.
-func (k *Kernel) Plan(l Launch) sdk.LaunchPlan {
-	return sdk.LaunchPlan{
-		Modules: []sdk.Module{k.Module},
-		Launches: []sdk.Launch{{
+func (k *Kernel) Plan(l Launch) sdk.LaunchPlan { return Plan(Step{Kernel: k, Launch: l}) }
+
+// Plan is the launch plan that runs steps in order; each module is listed
+// once.
+func Plan(steps ...Step) sdk.LaunchPlan {
+	var plan sdk.LaunchPlan
+	seen := map[string]bool{}
+	for _, s := range steps {
+		k, l := s.Kernel, s.Launch
+		if !seen[k.Module.Hash] {
+			seen[k.Module.Hash] = true
+			plan.Modules = append(plan.Modules, k.Module)
+		}
+		plan.Launches = append(plan.Launches, sdk.Launch{
 			Module: k.Module.Hash, Function: k.Entry, Grid: l.Grid, Block: l.Block, SharedBytes: l.SharedBytes, Params: l.Params,
-		}},
+		})
 	}
+	return plan
 }
 
 // Run launches k on the device's stream with the parameters bound to

@@ -8,7 +8,7 @@ import "github.com/kcand/kcand/sdk"
 func Requests(f sdk.Family) []sdk.Request {
 	switch f {
 	case sdk.FamilyAffine:
-		a := affineRequest
+		a := AffineRequest
 		return []sdk.Request{
 			a(1, 256, 64, 4, 64, false),
 			a(3, 384, 40, 3, 128, true),
@@ -28,7 +28,7 @@ func Requests(f sdk.Family) []sdk.Request {
 // size, token counts 1 to 256 around the GEMV limit, with and without
 // bias. Each candidate runs the ones it admits.
 func GPURequests() []sdk.Request {
-	a := affineRequest
+	a := AffineRequest
 	return []sdk.Request{
 		a(1, 4096, 4096, 4, 64, false),
 		a(1, 5120, 13824, 4, 64, false),
@@ -59,11 +59,17 @@ func GPURequests() []sdk.Request {
 		a(12, 4096, 4096, 8, 32, false),
 		a(24, 2048, 8192, 4, 128, true),
 		a(29, 5120, 1032, 4, 64, false),
+		// the Hopper wgmma kernel: int4 g64, 33+ tokens, partial tiles,
+		// groups not a multiple of 8 (1152, 640), out not a multiple of 128
+		a(65, 1152, 1032, 4, 64, true),
+		a(129, 640, 136, 4, 64, false),
+		a(300, 2048, 520, 4, 64, true),
 	}
 }
 
-// affineRequest is an affine request; more than 8 tokens is prefill.
-func affineRequest(tokens, in, out, bits, group int, bias bool) sdk.Request {
+// AffineRequest is a bf16 affine request of the given shape and weight
+// format; more than 8 tokens is prefill.
+func AffineRequest(tokens, in, out, bits, group int, bias bool) sdk.Request {
 	phase := sdk.PhaseDecode
 	if tokens > 8 {
 		phase = sdk.PhasePrefill

@@ -1,6 +1,8 @@
 package plugintest
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/kcand/kcand/cuda"
@@ -27,7 +29,8 @@ const (
 	compileTargetMaj = 9
 )
 
-// CompileVariants compiles, with NVRTC for sm_90, the variant choose picks
+// CompileVariants compiles, with NVRTC for sm_90 (sm_90a for an
+// architecture-specific variant), the variant choose picks
 // for every request of GPURequests, and checks that its launch fits an
 // H100/H200. It needs only NVRTC, no GPU, and skips without one.
 func CompileVariants(t *testing.T, src gpukernel.Source, choose func(req sdk.Request, sms int) Choice) {
@@ -35,7 +38,6 @@ func CompileVariants(t *testing.T, src gpukernel.Source, choose func(req sdk.Req
 	if err != nil {
 		t.Skipf("no NVRTC: %v", err)
 	}
-	target := cuda.ComputeCapability{Major: compileTargetMaj, Minor: 0}.Target(false)
 	seen := map[string]bool{}
 	for _, req := range GPURequests() {
 		c := choose(req, h100SMs)
@@ -54,6 +56,11 @@ func CompileVariants(t *testing.T, src gpukernel.Source, choose func(req sdk.Req
 			continue
 		}
 		seen[name] = true
+		if c.Variant.ArchSpecific && nvrtcMajor(comp.Version()) < 12 {
+			t.Logf("%s: %s not compiled: NVRTC %s has no sm_90a (needs 12.0 or newer)", req.Key(), name, comp.Version())
+			continue
+		}
+		target := cuda.ComputeCapability{Major: compileTargetMaj, Minor: 0}.Target(c.Variant.ArchSpecific)
 		out, err := comp.Compile(cuda.Source{Name: vs.Name, Code: vs.Code, Options: gpukernel.Options(c.Variant)}, target)
 		if err != nil {
 			t.Errorf("%s: %v", req.Key(), err)
@@ -61,4 +68,14 @@ func CompileVariants(t *testing.T, src gpukernel.Source, choose func(req sdk.Req
 		}
 		t.Logf("%s: %s compiled (%d bytes, %s)", req.Key(), name, len(out.Image), out.Format)
 	}
+}
+
+// nvrtcMajor is the major number of an NVRTC version such as "13.0".
+func nvrtcMajor(v string) int {
+	major, _, _ := strings.Cut(v, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil {
+		return 0
+	}
+	return n
 }

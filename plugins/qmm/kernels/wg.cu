@@ -1,44 +1,50 @@
-// wg.cu: EXPERIMENTAL wgmma (sm_90a) kernel for the affine family at many
-// tokens, int4 group 64 only. Not wired into the plugin yet: it is exercised
-// by `python3 scripts/affine_kernels.py --wg` (correctness, then timing).
+// wg.cu: wgmma (sm_90a) kernel for the affine family at many tokens, int4
+// group 64: QMM's Hopper candidate (plugins/qmm/wgmma.go). Checked and timed
+// standalone by `python3 scripts/affine_kernels.py --wg`.
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
 // Two entry points, launched in this order on one stream:
-//   affine_wg_prep(x, xp, xsum, tokens, in_features)
-//     grid (ceil(tokens/BN), in/64), block BN: one thread per (token, group)
-//     writes x in the B-operand layout below (permuted to match the A
-//     unpacking) and per-group x sums in fp32. Tokens past the end are zeros.
-//   affine_wg(xp, xsum, weight, scales, biases, bias, y, tokens, in, out)
-//     grid (ceil(out/64), ceil(tokens/BN)), block 128 (one warpgroup), dynamic
-//     shared memory STAGES*STAGE_BYTES.
-// Workspace: xp  = ceil(tokens/BN)*BN * in * 2 bytes,
-//            xsum = ceil(tokens/BN)*BN * (in/64) * 4 bytes.
+//   affine_wg_prep(x, xp, tokens, in_features)
+//     grid (ceil(tokens/BN), in/64), block BN: one thread per (token, group).
+//     Writes one STAGE_BYTES block per (token tile, group): x in the
+//     B-operand layout below (permuted to match the A unpacking), then the
+//     BN per-token sums of the group's x in fp32. Tokens past the end are 0.
+//   affine_wg(xp, weight, scales, biases, bias, y, tokens, in, out, band)
+//     grid (ceil(out/ROWS) * ceil(tokens/BN)), block THREADS, dynamic shared
+//     memory SMEM_BYTES; blocks are rastered in bands of `band` row blocks.
+// Workspace: xp = ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes.
+// Needs in_features a multiple of 128 (scales are copied in pairs of groups).
 //
 // METHOD
-//   A (weights, 64 rows per CTA) comes from registers: each warp owns 16
-//   rows with the mma.m16n8k16 A fragment; a lane's quad position tig owns a
-//   16-value run of each group and unpacks it exactly as stream.cu does:
+//   Warp specialised, no block barrier in the main loop. The last
+//   warpgroup produces (and gives its registers to the consumers with
+//   setmaxnreg): its first warp streams the token tile's x stages into a
+//   ring of STAGES slots with one bulk copy each (cp.async.bulk, completion
+//   counted on the slot's "full" mbarrier); its second warp copies weight
+//   words, scales and biases of AG groups for the block's ROWS rows into a
+//   ring of AST slots with 16-byte cp.async (coalesced, 16 lanes per row).
+//   A slot is refilled once every consumer warp has arrived on its "empty"
+//   mbarrier. WGS consumer warpgroups each own 64 rows and share the x tile.
+//   A (weights) comes from registers: each warp owns 16 rows with the
+//   mma.m16n8k16 A fragment; a lane's quad position tig owns a 16-value run
+//   of each group and unpacks it exactly as stream.cu does:
 //   lop3(w >> 4j, 0x000F000F, 0x43004300) = bf16 pair (128+v_j, 128+v_j+4).
+//   The next group's words and scales are read from shared memory while
+//   this group's wgmmas run.
 //   B (x) is in shared memory without swizzle, as 8x8 core matrices (8
 //   tokens x 8 k, 16 bytes per token): LBO (next 8 k) = 128 B, SBO (next 8
-//   tokens) = 256 B; one k16 step of BN tokens is BN*32 bytes. The prep
-//   kernel writes x already permuted so that slot k of step s holds the x
-//   value the A fragment pairs with it. Per group, four wgmma m64nBNk16
-//   accumulate into a group accumulator t; after wgmma.wait_group 0 it is
-//   folded as acc += s*t + (b - 128*s)*xsum. Other CTAs on the SM overlap
-//   their wgmmas with this one's fold. (Folding the previous group while
-//   the next one's wgmmas run, with two accumulator sets, made ptxas
-//   serialise the wgmmas and was no faster.)
+//   tokens) = 256 B; one k16 step of BN tokens is BN*32 bytes. Per group,
+//   four wgmma m64nBNk16 accumulate into a group accumulator t; after
+//   wgmma.wait_group 0 it is folded exactly as acc += s*t + (b - 128*s)*xsum.
+//   While one warpgroup folds, the other's wgmmas keep the tensor cores busy.
 //
-// STATUS (H200, bench/NOTES.md): correct on 15 cases (tokens 33..300, odd
-// shapes, bias), but 0.27-0.33x torch bf16 at 256 and 4096 tokens, about
-// what the tiled mma.sync kernel reaches; the per-group wait + fold and two
-// block barriers per group leave the tensor cores mostly idle.
+// COST (H200, bench/NOTES.md): the consumers are issue bound; the fold's
+// two FFMA per accumulator per group are about half of the loop's
+// instructions.
 //
-// MACROS: BN (64 or 128), STAGES (>= 3: the group being multiplied, the one
-// last folded, and STAGES-2 in flight), APF (groups of A words and scales
-// loaded ahead into a register ring).
+// MACROS: BN (64 or 128 tokens per CTA), STAGES (>= 2 x slots), WGS (1..3
+// consumer warpgroups, 64 rows each), AST (weight slots of AG = 8 groups).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -48,19 +54,32 @@ typedef unsigned long long u64;
 #define BN 128
 #endif
 #ifndef STAGES
-#define STAGES 5
+#define STAGES 4
 #endif
-#if STAGES < 3
-#error "STAGES must be at least 3"
+#if STAGES < 2
+#error "STAGES must be at least 2"
 #endif
-#ifndef APF
-#define APF 8   // groups of A words and scales in flight ahead
+#ifndef WGS
+#define WGS 2
+#endif
+#ifndef AST
+#define AST 3   // weight stages (AG groups each) in the ring
 #endif
 #define GROUP 64
 #define STEP_BYTES (BN * 32)                 // one k16 step of B
 #define XT_BYTES (4 * STEP_BYTES)            // one group of B
 #define STAGE_BYTES (XT_BYTES + BN * 4)      // B plus the group's x sums
 #define NACC (BN / 2)                        // fp32 accumulators per thread
+#define ROWS (64 * WGS)                      // weight rows per CTA
+#define AG 8                                 // groups per weight stage
+#define AROW_BYTES (AG * 32 + 32)            // one row of a weight stage, padded against bank conflicts
+#define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][AG] and biases [ROWS][AG], bf16
+#define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * AG))
+#define SMEM_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
+#define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS_RAW ((65536 - 128 * PRODUCER_REGS) / (128 * WGS) / 8 * 8)
+#define CONSUMER_REGS (CONSUMER_REGS_RAW > 240 ? 240 : CONSUMER_REGS_RAW)
 
 #define KC_DEV __device__ __forceinline__
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
@@ -79,14 +98,13 @@ KC_DEV u32 kc_nib(u32 w, int j) {
 }
 
 // ---------------------------------------------------------------------------
-// Prep: x [tokens][in] -> xp [tile][group][step 0..3][nb][kb 0..1][r 0..7][8]
-// (bf16), xsum [tile*BN + n][group] (fp32).
+// Prep: x [tokens][in] -> per (tile, group) block:
+//   [step 0..3][nb][kb 0..1][r 0..7][8] bf16, then float xsum[BN].
 // Step s, slot k (0..15) holds x[grp*64 + a], a = 16*((k&7)>>1) + 8*(s>>1)
 // + 2*(s&1) + (k>>3) + 4*(k&1): the value the A pair of lane tig = (k&7)>>1
 // puts in that slot (see stream.cu).
 extern "C" __global__ void __launch_bounds__(BN)
-affine_wg_prep(const u16* __restrict__ x, u16* __restrict__ xp, float* __restrict__ xsum,
-               int tokens, int in_features)
+affine_wg_prep(const u16* __restrict__ x, unsigned char* __restrict__ xp, int tokens, int in_features)
 {
     const int n = threadIdx.x;
     const int tile = blockIdx.x;
@@ -108,9 +126,9 @@ affine_wg_prep(const u16* __restrict__ x, u16* __restrict__ xp, float* __restric
     float s = 0.f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) s += __uint_as_float(w[i] << 16) + __uint_as_float(w[i] & 0xFFFF0000u);
-    xsum[(long long)tok * groups + grp] = s;
 
-    unsigned char* base = reinterpret_cast<unsigned char*>(xp) + ((long long)tile * groups + grp) * XT_BYTES;
+    unsigned char* base = xp + ((long long)tile * groups + grp) * STAGE_BYTES;
+    reinterpret_cast<float*>(base + XT_BYTES)[n] = s;
     const int nb = n >> 3, r = n & 7;
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
@@ -132,11 +150,39 @@ affine_wg_prep(const u16* __restrict__ x, u16* __restrict__ xp, float* __restric
 
 // ---------------------------------------------------------------------------
 KC_DEV u32 kc_smem(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// mbarrier and bulk-copy wrappers (PTX ISA 8.0, sm_90).
+KC_DEV void kc_bar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+KC_DEV void kc_bar_expect(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+KC_DEV void kc_bar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+KC_DEV void kc_bar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 KC_DEV void kc_cp16(u32 dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
 }
-KC_DEV void kc_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+KC_DEV void kc_cp4(u32 dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(dst), "l"(src) : "memory");
+}
+// Arrives on bar once this thread's earlier cp.async copies have landed.
+KC_DEV void kc_cp_arrive(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(bar) : "memory");
+}
 
 // Shared-memory matrix descriptor: no swizzle, LBO 128 B (k), SBO 256 B (n).
 KC_DEV u64 kc_desc(u32 saddr) {
@@ -148,6 +194,11 @@ KC_DEV u64 kc_desc(u32 saddr) {
 template <int N> KC_DEV void kc_fence_operands(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+// Orders the A fragment registers' writes before what follows.
+template <int N> KC_DEV void kc_fence_words(u32 (&a)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i]) :: "memory");
 }
 #define KC_WG_COMMIT() asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory")
 template <int N> KC_DEV void kc_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
@@ -192,57 +243,140 @@ KC_DEV void kc_wgmma(float (&d)[NACC], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc,
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(accumulate));
 }
 
-extern "C" __global__ void __launch_bounds__(128, 1)
-affine_wg(const u16* __restrict__ xp, const float* __restrict__ xsum, const u32* __restrict__ weight,
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
           const u16* __restrict__ scales, const u16* __restrict__ biases, const u16* __restrict__ bias,
-          u16* __restrict__ y, int tokens, int in_features, int out_features)
+          u16* __restrict__ y, int tokens, int in_features, int out_features, int band)
 {
     extern __shared__ __align__(128) unsigned char smem[];
+    // full[STAGES], empty[STAGES] for x; afull[AST], aempty[AST] for weights
+    __shared__ __align__(8) u64 bars[2 * STAGES + 2 * AST];
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, tig = lane & 3;
     const int groups = in_features / GROUP;
-    const int row0 = blockIdx.x * 64;
-    const int tile = blockIdx.y;
-    const int r0 = min(row0 + 16 * warp + g, out_features - 1), r1 = min(r0 + 8, out_features - 1);
-    const long long row_words = in_features / 8;
-    const u32* w0p = weight + r0 * row_words + tig * 2;
-    const u32* w1p = weight + r1 * row_words + tig * 2;
-    const unsigned char* xsrc = reinterpret_cast<const unsigned char*>(xp) + (long long)tile * groups * XT_BYTES;
-    const float* ssrc = xsum + (long long)tile * BN * groups;
-    const u32 sbase = kc_smem(smem);
 
-    // Stage group grp into ring slot: the B tile (XT_BYTES) and BN x sums.
-    auto issue = [&](int slot, int grp) {
-        const u32 dst = sbase + slot * STAGE_BYTES;
-        const unsigned char* src = xsrc + (long long)grp * XT_BYTES;
-#pragma unroll
-        for (int i = 0; i < XT_BYTES / 16 / 128; ++i)
-            kc_cp16(dst + (tid + 128 * i) * 16, src + (tid + 128 * i) * 16);
-        // x sums: xsum is [token][group]; gather BN floats with 4-byte copies.
-        for (int n = tid; n < BN; n += 128)
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(dst + XT_BYTES + 4 * n),
-                         "l"(ssrc + (long long)n * groups + grp) : "memory");
+    // Raster: bands of `band` row blocks; inside a band, row blocks vary
+    // fastest, so the CTAs running together share x tiles and weight rows.
+    const int row_blocks = (out_features + ROWS - 1) / ROWS;
+    const int tiles = (tokens + BN - 1) / BN;
+    const int per_band = band * tiles;
+    const int bid = blockIdx.x / per_band, rem = blockIdx.x - bid * per_band;
+    const int bsz = min(band, row_blocks - bid * band);
+    const int row0 = (bid * band + rem % bsz) * ROWS, tile = rem / bsz;
+
+    const u32 sbase = kc_smem(smem), abase = sbase + STAGES * STAGE_BYTES;
+    const u32 full0 = kc_smem(&bars[0]), empty0 = full0 + 8 * STAGES;
+    const u32 afull0 = empty0 + 8 * STAGES, aempty0 = afull0 + 8 * AST;
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            kc_bar_init(full0 + 8 * s, 1);
+            kc_bar_init(empty0 + 8 * s, WGS * 4);
+        }
+        for (int s = 0; s < AST; ++s) {
+            kc_bar_init(afull0 + 8 * s, 32);
+            kc_bar_init(aempty0 + 8 * s, WGS * 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp >= WGS * 4) {
+        // Producer warpgroup: its first warp streams x, its second the
+        // weights; each refills a slot once every consumer warp has released
+        // the slot's previous use.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(PRODUCER_REGS));
+        if (warp == WGS * 4) {
+            // x: one bulk copy per group, issued by one lane.
+            if (lane == 0) {
+                const unsigned char* xsrc = xp + (long long)tile * groups * STAGE_BYTES;
+                for (int g = 0; g < groups; ++g) {
+                    const int s = g % STAGES;
+                    if (g >= STAGES) kc_bar_wait(empty0 + 8 * s, ((g / STAGES) + 1) & 1);
+                    kc_bar_expect(full0 + 8 * s, STAGE_BYTES);
+                    kc_bulk(sbase + s * STAGE_BYTES, xsrc + (long long)g * STAGE_BYTES, STAGE_BYTES, full0 + 8 * s);
+                }
+            }
+        } else if (warp == WGS * 4 + 1) {
+            // Weights, scales and biases of AG groups per stage, by cp.async
+            // from all 32 lanes (16 lanes per 256-byte row of words); each
+            // lane's arrival on afull fires once its copies have landed.
+            // Rows past the end repeat the last row.
+            const unsigned char* wsrc = reinterpret_cast<const unsigned char*>(weight);
+            const long long row_bytes = in_features / 2;
+            for (int g = 0; g < groups; g += AG) {
+                const int h = g / AG, as = h % AST, ng = min(AG, groups - g);
+                if (h >= AST) kc_bar_wait(aempty0 + 8 * as, ((h / AST) + 1) & 1);
+                const u32 dst = abase + as * ASTAGE_BYTES;
+                const unsigned char* src = wsrc + g * 32;
+                if (ng == AG) {
+#pragma unroll 8
+                    for (int c = lane; c < ROWS * 2 * AG; c += 32) {
+                        const int r = c / (2 * AG), k = c % (2 * AG);
+                        const long long row = min(row0 + r, out_features - 1);
+                        kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
+                    }
+                } else {
+                    for (int c = lane; c < ROWS * 2 * ng; c += 32) {
+                        const int r = c / (2 * ng), k = c % (2 * ng);
+                        const long long row = min(row0 + r, out_features - 1);
+                        kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
+                    }
+                }
+                // Scales then biases, [ROWS][AG] each: 16-byte copies when
+                // every row's run is 16-byte aligned, else 4-byte ones
+                // (groups is even, so each pair of groups is).
+                const u32 sdst = dst + ASCALE_OFF;
+                if (groups % 8 == 0) {
+                    for (int c = lane; c < 2 * ROWS; c += 32) {
+                        const int arr = c / ROWS, r = c % ROWS;
+                        const long long row = min(row0 + r, out_features - 1);
+                        kc_cp16(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
+                    }
+                } else {
+                    const int pairs = ng / 2;
+                    for (int c = lane; c < 2 * ROWS * pairs; c += 32) {
+                        const int arr = c / (ROWS * pairs), rr = c % (ROWS * pairs);
+                        const int r = rr / pairs, k = rr % pairs;
+                        const long long row = min(row0 + r, out_features - 1);
+                        kc_cp4(sdst + (arr * ROWS + r) * (2 * AG) + 4 * k, (arr ? biases : scales) + row * groups + g + 2 * k);
+                    }
+                }
+                kc_cp_arrive(afull0 + 8 * as);
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(CONSUMER_REGS));
+    const int wg = warp >> 2, wi = warp & 3;
+    const int g8 = lane >> 2, tig = lane & 3;
+    const int rl0 = 64 * wg + 16 * wi + g8;          // local rows rl0 and rl0 + 8
+    const int rbase = row0 + rl0;
+    const unsigned char* abuf = smem + STAGES * STAGE_BYTES;
+    // This lane's words of group c for rows rl0 (.x .y) and rl0 + 8 (.z .w).
+    auto words = [&](int c) {
+        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + rl0 * AROW_BYTES + (c % AG) * 32 + tig * 8;
+        const uint2 lo = *reinterpret_cast<const uint2*>(a);
+        const uint2 hi = *reinterpret_cast<const uint2*>(a + 8 * AROW_BYTES);
+        return uint4{lo.x, lo.y, hi.x, hi.y};
+    };
+    // Scales (.x rl0, .y rl0 + 8) and biases (.z, .w) of group c.
+    auto scaling = [&](int c) {
+        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + ASCALE_OFF + rl0 * (2 * AG) + (c % AG) * 2;
+        const u16* p = reinterpret_cast<const u16*>(a);
+        const int row8 = 8 * AG, arr = ROWS * AG;   // in u16 units
+        return uint4{p[0], p[row8], p[arr], p[arr + row8]};
     };
 
     float acc[NACC], ga[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
 
-    // Ring of STAGES slots; STAGES-2 groups are in flight ahead. (Two slots
-    // stay out of the ring's way: the group being multiplied and the one
-    // before, which the overlapping variant folded while grp ran.)
-#pragma unroll
-    for (int s = 0; s < STAGES - 2; ++s) {
-        if (s < groups) issue(s, s);
-        kc_commit();
-    }
-
-    // Fold group accumulator t (finished) with the scales of its rows and the
-    // x sums in slot.
-    auto fold = [&](const float (&t)[NACC], u32 s0b, u32 s1b, u32 b0b, u32 b1b, int slot) {
-        const float s0 = kc_bf16(s0b), s1 = kc_bf16(s1b);
-        const float c0 = fmaf(-128.f, s0, kc_bf16(b0b)), c1 = fmaf(-128.f, s1, kc_bf16(b1b));
+    // Fold group accumulator t (finished) with its rows' scales and the x
+    // sums in slot.
+    auto fold = [&](const float (&t)[NACC], const uint4 sc, int slot) {
+        const float s0 = kc_bf16(sc.x), s1 = kc_bf16(sc.y);
+        const float c0 = fmaf(-128.f, s0, kc_bf16(sc.z)), c1 = fmaf(-128.f, s1, kc_bf16(sc.w));
         const float* xs = reinterpret_cast<const float*>(smem + slot * STAGE_BYTES + XT_BYTES);
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
@@ -254,60 +388,55 @@ affine_wg(const u16* __restrict__ xp, const float* __restrict__ xsum, const u32*
         }
     };
 
-    // No overlap inside the warpgroup: multiply, wait, fold; other CTAs on
-    // the SM keep the tensor cores busy meanwhile. A words and scales come
-    // APF groups ahead (a register ring, indexed statically by unrolling).
-    uint2 ra0[APF], ra1[APF];
-    u32 rs0[APF], rs1[APF], rb0[APF], rb1[APF];
+    kc_bar_wait(afull0, 0);
+    uint4 next = words(0), next_sc = scaling(0);
+    for (int grp = 0; grp < groups; ++grp) {
+        const int slot = grp % STAGES;
+        const uint4 cw = next, sc = next_sc;
+        // Unpack all four k16 fragments before wgmma.fence: registers written
+        // after the fence and read by a wgmma would have ptxas serialise it.
+        u32 fa[16];
 #pragma unroll
-    for (int u = 0; u < APF; ++u) {
-        const int gq = min(u, groups - 1);
-        ra0[u] = *reinterpret_cast<const uint2*>(w0p + gq * 8);
-        ra1[u] = *reinterpret_cast<const uint2*>(w1p + gq * 8);
-        rs0[u] = scales[(long long)r0 * groups + gq]; rs1[u] = scales[(long long)r1 * groups + gq];
-        rb0[u] = biases[(long long)r0 * groups + gq]; rb1[u] = biases[(long long)r1 * groups + gq];
-    }
-    for (int grp0 = 0; grp0 < groups; grp0 += APF) {
-#pragma unroll
-        for (int u = 0; u < APF; ++u) {
-            const int grp = grp0 + u;
-            if (grp < groups) {
-                const int slot = grp % STAGES;
-                if (grp + STAGES - 2 < groups) issue((grp + STAGES - 2) % STAGES, grp + STAGES - 2);
-                kc_commit();
-                kc_wait<STAGES - 2>();
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                __syncthreads();
-                const uint2 c0 = ra0[u], c1 = ra1[u];
-                const u32 cs0 = rs0[u], cs1 = rs1[u], cb0 = rb0[u], cb1 = rb1[u];
-                const int gn = grp + APF;
-                if (gn < groups) {
-                    ra0[u] = *reinterpret_cast<const uint2*>(w0p + gn * 8);
-                    ra1[u] = *reinterpret_cast<const uint2*>(w1p + gn * 8);
-                    rs0[u] = scales[(long long)r0 * groups + gn]; rs1[u] = scales[(long long)r1 * groups + gn];
-                    rb0[u] = biases[(long long)r0 * groups + gn]; rb1[u] = biases[(long long)r1 * groups + gn];
-                }
-                const u32 bstep = sbase + slot * STAGE_BYTES;
-                kc_fence_operands(ga);
-                KC_WG_FENCE();
-#pragma unroll
-                for (int st = 0; st < 4; ++st) {
-                    const u32 wr0 = (st < 2) ? c0.x : c0.y, wr1 = (st < 2) ? c1.x : c1.y;
-                    const int j = 2 * (st & 1);
-                    kc_wgmma(ga, kc_nib(wr0, j), kc_nib(wr1, j), kc_nib(wr0, j + 1), kc_nib(wr1, j + 1),
-                             kc_desc(bstep + st * STEP_BYTES), st);
-                }
-                KC_WG_COMMIT();
-                kc_wg_wait<0>();
-                kc_fence_operands(ga);
-                fold(ga, cs0, cs1, cb0, cb1, slot);
-                __syncthreads();
-            }
+        for (int st = 0; st < 4; ++st) {
+            const u32 wr0 = (st < 2) ? cw.x : cw.y, wr1 = (st < 2) ? cw.z : cw.w;
+            const int j = 2 * (st & 1);
+            fa[4 * st + 0] = kc_nib(wr0, j);
+            fa[4 * st + 1] = kc_nib(wr1, j);
+            fa[4 * st + 2] = kc_nib(wr0, j + 1);
+            fa[4 * st + 3] = kc_nib(wr1, j + 1);
         }
+        kc_bar_wait(full0 + 8 * slot, (grp / STAGES) & 1);
+        const u32 bstep = sbase + slot * STAGE_BYTES;
+        kc_fence_words(fa);
+        kc_fence_operands(ga);
+        KC_WG_FENCE();
+#pragma unroll
+        for (int st = 0; st < 4; ++st)
+            kc_wgmma(ga, fa[4 * st], fa[4 * st + 1], fa[4 * st + 2], fa[4 * st + 3],
+                     kc_desc(bstep + st * STEP_BYTES), st);
+        KC_WG_COMMIT();
+        // While the wgmmas run: the next group's words and scales, and the
+        // weight stage released once its last group is in registers.
+        if (grp + 1 < groups) {
+            const int h = (grp + 1) / AG;
+            if ((grp + 1) % AG == 0) kc_bar_wait(afull0 + 8 * (h % AST), (h / AST) & 1);
+            next = words(grp + 1);
+            next_sc = scaling(grp + 1);
+        }
+        if (grp % AG == AG - 1 || grp == groups - 1) {
+            __syncwarp();
+            if (lane == 0) kc_bar_arrive(aempty0 + 8 * ((grp / AG) % AST));
+        }
+        kc_wg_wait<0>();
+        kc_fence_operands(ga);
+        fold(ga, sc, slot);
+        __syncwarp();
+        if (lane == 0) kc_bar_arrive(empty0 + 8 * slot);
     }
 
-    // Store: element 4j+e is row r0 (e < 2) or r1, token tile*BN + 8j + 2tig + (e&1).
-    const int rows[2] = {row0 + 16 * warp + g, row0 + 16 * warp + g + 8};
+    // Store: element 4j+e is row rbase (e < 2) or rbase + 8, token
+    // tile*BN + 8j + 2tig + (e&1).
+    const int rows[2] = {rbase, rbase + 8};
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/kcand/kcand/internal/affinegpu"
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/family/affine"
+	"github.com/kcand/kcand/sdk/gpukernel"
+)
+
+//go:embed kernels/wg.cu
+var wgCode string
+
+// wgSource is kernels/wg.cu, the Hopper (sm_90a) kernel for many tokens.
+var wgSource = gpukernel.Source{Name: "wg.cu", Code: wgCode}
+
+const (
+	wgEntry     = "affine_wg"
+	wgPrepEntry = "affine_wg_prep"
+	// wgMinTokens: fewer tokens are the stream kernel's (QMM serves them
+	// with it), and a 128-token tile would be mostly empty.
+	wgMinTokens = affinegpu.StreamMaxTokens + 1
+	// wgMaxWorkspace bounds the permuted copy of x the kernel stages from.
+	wgMaxWorkspace = 2 << 30
+)
+
+// qmmWGMMA is QMM's Hopper candidate: kernels/wg.cu, warp-specialised
+// wgmma with the weights unpacked exactly in registers. It serves 4-bit,
+// group-64 weights at 33 or more tokens on compute capability 9.0; the host
+// times it against the tiled kernel and keeps the faster.
+type qmmWGMMA struct{}
+
+var _ sdk.Candidate = qmmWGMMA{}
+
+// Info implements sdk.Candidate.
+func (qmmWGMMA) Info() sdk.CandidateInfo {
+	return sdk.CandidateInfo{
+		Name:      "qmm/wgmma",
+		Family:    sdk.FamilyAffine,
+		Numeric:   sdk.NumericBounded,
+		Stability: sdk.Stable,
+		Devices:   []device.Kind{device.CUDA},
+	}
+}
+
+// Admit implements sdk.Candidate.
+func (qmmWGMMA) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
+	if why := wgAdmit(req, hw); why != "" {
+		return sdk.Admission{Reason: why}
+	}
+	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("int4 g64 at %d tokens (≥ %d) on sm_90, %s", req.Tokens, wgMinTokens, wgDefault.describe())}
+}
+
+// wgAdmit says why kernels/wg.cu does not serve req on hw ("" when it does).
+func wgAdmit(req sdk.Request, hw device.Profile) string {
+	if hw.Kind != device.CUDA {
+		return fmt.Sprintf("needs a CUDA device, not %s", hw.Kind)
+	}
+	if ok, why := affinegpu.Admit(req, hw); !ok {
+		return why
+	}
+	if hw.ComputeCapability != "9.0" {
+		return fmt.Sprintf("needs compute capability 9.0 (wgmma and setmaxnreg are sm_90a instructions), the GPU has %s", hw.ComputeCapability)
+	}
+	if req.Weight.Bits != 4 || req.Weight.GroupSize != 64 {
+		return fmt.Sprintf("unpacks 4-bit weights in groups of 64, not bits=%d group_size=%d", req.Weight.Bits, req.Weight.GroupSize)
+	}
+	if req.InFeatures%128 != 0 {
+		return fmt.Sprintf("in_features=%d is not a multiple of 128 (scales are staged two groups at a time)", req.InFeatures)
+	}
+	if req.Tokens < wgMinTokens {
+		return fmt.Sprintf("serves %d or more tokens, not %d", wgMinTokens, req.Tokens)
+	}
+	if ws := wgDefault.workspaceBytes(req); ws > wgMaxWorkspace {
+		return fmt.Sprintf("its copy of x would need %d bytes of workspace (limit %d)", ws, int64(wgMaxWorkspace))
+	}
+	return ""
+}
+
+// Prepare implements sdk.Candidate.
+func (qmmWGMMA) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	if err := affine.Validate(req); err != nil {
+		return nil, err
+	}
+	if why := wgAdmit(req, env.Device.Profile()); why != "" {
+		return nil, errdefs.Unsupported("qmm/wgmma: %s", why)
+	}
+	dev, err := affinegpu.CUDA(env)
+	if err != nil {
+		return nil, err
+	}
+	cfg := wgDefault
+	main, err := kernels.Get(dev, wgSource, cfg.variant())
+	if err != nil {
+		return nil, err
+	}
+	prep, err := main.Sibling(wgPrepEntry)
+	if err != nil {
+		return nil, err
+	}
+	lp, lm := cfg.launches(req)
+	p, err := affinegpu.NewPreparedSteps(req, weights, []gpukernel.Step{{Kernel: prep, Launch: lp}, {Kernel: main, Launch: lm}}, cfg.workspaceBytes(req))
+	if err != nil {
+		return nil, err
+	}
+	env.Logger.Debug("prepared", "request", req.Key(), "variant", cfg.describe(), "kernel", p.Describe(), "nvrtc_cache_hit", main.CacheHit)
+	return p, nil
+}
+
+// wgConfig is one variant of kernels/wg.cu (its -D macros) and the launch
+// raster. It mirrors wg_config in scripts/affine_kernels.py, where the
+// variants were timed (bench/NOTES.md).
+type wgConfig struct {
+	BN     int // tokens per block
+	Stages int // x ring slots (one group each)
+	WGS    int // consumer warpgroups, 64 weight rows each
+	AST    int // weight ring slots (8 groups each)
+	Band   int // row blocks per raster band
+}
+
+// wgDefault is the variant QMM's Hopper candidate runs.
+var wgDefault = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 2, Band: 16}
+
+// variant is the kernel variant to compile: sm_90a, entry and macros.
+func (c wgConfig) variant() gpukernel.Variant {
+	return gpukernel.Variant{Entry: wgEntry, ArchSpecific: true,
+		Defines: map[string]int{"BN": c.BN, "STAGES": c.Stages, "WGS": c.WGS, "AST": c.AST}}
+}
+
+// stageBytes is one group of x for a token tile: the B operand and the
+// tile's x sums.
+func (c wgConfig) stageBytes() int { return 4*c.BN*32 + 4*c.BN }
+
+// sharedBytes is the main kernel's dynamic shared memory: the x ring and
+// the weight ring (rows padded to 288 bytes, then 8 scales and 8 biases).
+func (c wgConfig) sharedBytes() int {
+	return c.Stages*c.stageBytes() + c.AST*64*c.WGS*(8*32+32+32)
+}
+
+func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) }
+
+// workspaceBytes is the permuted copy of x: one stage per token tile and group.
+func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
+	return int64(c.tiles(req)) * int64(req.InFeatures/64) * int64(c.stageBytes())
+}
+
+// launches are the prep kernel's (x into the workspace) and the main
+// kernel's, in that order.
+func (c wgConfig) launches(req sdk.Request) (prep, main gpukernel.Launch) {
+	tiles, rowBlocks := c.tiles(req), ceilDiv(req.OutFeatures, 64*c.WGS)
+	bias := gpukernel.NullPointer
+	if req.Bias {
+		bias = sdk.BufferParam(affine.Bias)
+	}
+	ws := sdk.BufferParam(sdk.BufferWorkspace)
+	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
+	prep = gpukernel.Launch{
+		Grid: [3]uint32{uint32(tiles), uint32(req.InFeatures / 64), 1}, Block: [3]uint32{uint32(c.BN), 1, 1},
+		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
+	}
+	main = gpukernel.Launch{
+		Grid: [3]uint32{uint32(rowBlocks * tiles), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
+		SharedBytes: uint32(c.sharedBytes()),
+		Params: []sdk.Param{ws, sdk.BufferParam(affine.Weight), sdk.BufferParam(affine.Scales), sdk.BufferParam(affine.Biases),
+			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band))},
+	}
+	return prep, main
+}
+
+// describe names the variant for logs and admission reasons.
+func (c wgConfig) describe() string {
+	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d band=%d", c.BN, c.Stages, c.WGS, c.AST, c.Band)
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/family/affine"
+	"github.com/kcand/kcand/sdk/plugintest"
+)
+
+func hopper() device.Profile {
+	return device.Profile{Kind: device.CUDA, ComputeCapability: "9.0", Multiprocessors: 132}
+}
+
+func int4Request(tokens, in, out int) sdk.Request {
+	req := plugintest.AffineRequest(tokens, in, out, 4, 64, false)
+	return req
+}
+
+func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
+	adm := qmmWGMMA{}.Admit(int4Request(256, 4096, 14336), hopper())
+	require.True(t, adm.Admitted, adm.Reason)
+	assert.Contains(t, adm.Reason, "wgmma BN=128")
+}
+
+func TestWGMMARefusalsSayWhy(t *testing.T) {
+	ampere := hopper()
+	ampere.ComputeCapability = "8.0"
+	cpu := device.Profile{Kind: device.CPU}
+	q8 := plugintest.AffineRequest(256, 4096, 4096, 8, 64, false)
+	g32 := plugintest.AffineRequest(256, 4096, 4096, 4, 32, false)
+	cases := []struct {
+		name string
+		req  sdk.Request
+		hw   device.Profile
+		want string
+	}{
+		{"cpu", int4Request(256, 4096, 4096), cpu, "needs a CUDA device"},
+		{"ampere", int4Request(256, 4096, 4096), ampere, "compute capability 9.0"},
+		{"8 bits", q8, hopper(), "bits=8"},
+		{"group 32", g32, hopper(), "group_size=32"},
+		{"odd groups", int4Request(256, 2880, 4096), hopper(), "in_features=2880 is not a multiple of 128"},
+		{"few tokens", int4Request(32, 4096, 4096), hopper(), "33 or more tokens, not 32"},
+		{"rows not multiple of 8", int4Request(256, 4096, 4100), hopper(), "out_features=4100"},
+		{"huge workspace", int4Request(100000, 28672, 8192), hopper(), "bytes of workspace"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			adm := qmmWGMMA{}.Admit(c.req, c.hw)
+			assert.False(t, adm.Admitted)
+			assert.Contains(t, adm.Reason, c.want)
+		})
+	}
+	assert.True(t, qmmWGMMA{}.Admit(int4Request(33, 4096, 4096), hopper()).Admitted, "33 tokens is the first admitted count")
+}
+
+func int32Of(t *testing.T, p sdk.Param) int32 {
+	t.Helper()
+	require.Len(t, p.Scalar, 4)
+	return int32(binary.LittleEndian.Uint32(p.Scalar))
+}
+
+// The two launches cover every row block and token tile, bind the
+// workspace where the kernels read and write it, and fit an H100/H200.
+func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
+	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136)} {
+		req.Bias = req.Tokens == 129
+		c := wgDefault
+		prep, main := c.launches(req)
+		tiles := (req.Tokens + c.BN - 1) / c.BN
+		rowBlocks := (req.OutFeatures + 64*c.WGS - 1) / (64 * c.WGS)
+
+		assert.Equal(t, [3]uint32{uint32(tiles), uint32(req.InFeatures / 64), 1}, prep.Grid, req.Key())
+		assert.GreaterOrEqual(t, int(prep.Grid[0]*prep.Block[0]), req.Tokens, "prep covers every token")
+		require.Len(t, prep.Params, 4)
+		assert.Equal(t, affine.X, prep.Params[0].Buffer)
+		assert.Equal(t, sdk.BufferWorkspace, prep.Params[1].Buffer)
+
+		assert.Equal(t, uint32(rowBlocks*tiles), main.Grid[0], req.Key())
+		assert.GreaterOrEqual(t, rowBlocks*64*c.WGS, req.OutFeatures, "main covers every row")
+		assert.Equal(t, uint32(128*c.WGS+128), main.Block[0])
+		assert.LessOrEqual(t, int(main.SharedBytes)+8*2*(c.Stages+c.AST), 232448, "fits the opt-in shared memory")
+		require.Len(t, main.Params, 10)
+		assert.Equal(t, sdk.BufferWorkspace, main.Params[0].Buffer)
+		assert.Equal(t, affine.Y, main.Params[5].Buffer)
+		if req.Bias {
+			assert.Equal(t, affine.Bias, main.Params[4].Buffer)
+		} else {
+			assert.Equal(t, make([]byte, 8), main.Params[4].Scalar, "no bias is a null pointer")
+		}
+		assert.Equal(t, int32(req.Tokens), int32Of(t, main.Params[6]))
+		assert.Equal(t, int32(c.Band), int32Of(t, main.Params[9]))
+
+		// The workspace holds one x stage per token tile and group: what
+		// the prep grid writes and the main kernel reads.
+		assert.Equal(t, int64(tiles)*int64(req.InFeatures/64)*int64(c.stageBytes()), c.workspaceBytes(req))
+	}
+}
+
+// TestWGMMAVariantsCompile compiles the Hopper variant for every GPU test
+// shape it serves (needs NVRTC 12 or newer, not a GPU).
+func TestWGMMAVariantsCompile(t *testing.T) {
+	plugintest.CompileVariants(t, wgSource, func(req sdk.Request, sms int) plugintest.Choice {
+		hw := hopper()
+		hw.Multiprocessors = sms
+		if wgAdmit(req, hw) != "" {
+			return plugintest.Choice{}
+		}
+		_, main := wgDefault.launches(req)
+		return plugintest.Choice{OK: true, Source: &wgSource, Variant: wgDefault.variant(), Grid: main.Grid, Block: main.Block, SharedBytes: main.SharedBytes}
+	})
+}
