@@ -3,6 +3,8 @@
 
     plugins/gemv/kernels/gemv.cu   affine_gemv  (decode, tokens 1..8)
     plugins/qmm/kernels/qmm.cu     affine_qmm   (tensor cores, any token count)
+    internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
+    plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, int4 g64, 33+ tokens)
 
 Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
 
@@ -45,6 +47,7 @@ QMM_CU = ROOT / "plugins" / "qmm" / "kernels" / "qmm.cu"
 STREAM_CU = ROOT / "internal" / "affinegpu" / "kernels" / "stream.cu"
 WG_CU = ROOT / "plugins" / "qmm" / "kernels" / "wg.cu"   # experimental, sm_90a
 ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream", WG_CU: "affine_wg"}
+KIND_OF = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg"}
 
 SMS = 132                 # H200 streaming multiprocessors (replaced by the device's count)
 KERNELS = ()              # --kernel filter: () = all
@@ -715,6 +718,14 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
     elif kind == "stream":
         grid, block, smem = stream_launch(cfg, tokens, in_f, out_f)
         path = STREAM_CU
+    elif kind == "wg":
+        y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
+        keep, fns = [], []
+        for (w, s, b) in copies:
+            run, ws = wg_launch_fns(cfg, wt, x, y, tokens, w, s, b)
+            keep.append(ws)
+            fns.append(run)
+        return time_launches(fns)
     else:
         grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
         path = QMM_CU
@@ -741,10 +752,12 @@ def run_bench(quick: bool, sweep: bool):
                 variants.append((GEMV_CU, gemv_config(bits, group, t, in_f, out_f)))
             if stream_config(bits, group, t, in_f, out_f):
                 variants.append((STREAM_CU, stream_config(bits, group, t, in_f, out_f)))
+            if wg_serves(t, in_f):
+                variants.append((WG_CU, wg_config()))
             if sweep:
                 variants += [(p, c) for _, p, c in sweep_configs(bits, group, t, in_f, out_f)]
     if KERNELS:
-        variants = [v for v in variants if {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream"}[v[0]] in KERNELS]
+        variants = [v for v in variants if KIND_OF[v[0]] in KERNELS]
     compile_all(variants)
 
     print()
@@ -767,6 +780,8 @@ def run_bench(quick: bool, sweep: bool):
             rows.append(("qmm", qmm_config(bits, group, t, in_f, out_f), True))
             if stream_config(bits, group, t, in_f, out_f):
                 rows.append(("stream", stream_config(bits, group, t, in_f, out_f), True))
+            if wg_serves(t, in_f):
+                rows.append(("wg", wg_config(), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
@@ -798,7 +813,7 @@ def target_mark(kind, in_f, out_f, t, sp, bw):
     if kind.startswith(("gemv", "stream")) and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
         ok = sp >= 3.2 and bw >= 0.85 * PEAK_BW
         return f"{'MET ' if ok else 'MISS'} (>=3.2x and >=3.66 TB/s)"
-    if kind.startswith(("qmm", "stream")):
+    if kind.startswith(("qmm", "stream", "wg")):
         need = {16: 2.5, 256: 1.0, 4096: 0.8}.get(t)
         if need is not None:
             return f"{'MET ' if sp >= need else 'MISS'} (>={need}x)"
@@ -863,6 +878,14 @@ def wg_smem(cfg: dict) -> int:
     return cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * 64 * cfg["WGS"] * (8 * 32 + 32 + 32)
 
 
+def wg_serves(tokens: int, in_f: int, bits: int = 4, group: int = 64) -> bool:
+    """What qmm/wgmma admits (plugins/qmm/wgmma.go): int4 g64, in % 128 == 0,
+    33 or more tokens, compute capability 9.0."""
+    import torch
+    return (bits == 4 and group == 64 and in_f % 128 == 0 and tokens > 32
+            and torch.cuda.get_device_capability(0) == (9, 0))
+
+
 def wg_threads(cfg: dict) -> int:
     return 128 * cfg["WGS"] + 128
 
@@ -900,9 +923,10 @@ WG_TOKENS = (256, 4096)
 WG_CONFIGS = [wg_config(), wg_config(128, 4, 2, 2, 16), wg_config(128, 5, 2, 3, 16)]
 
 
-def run_wg(quick: bool):
+def run_wg(quick: bool, bench: bool = True):
     """Correctness of the wgmma kernel on fresh random inputs with a poisoned
-    output, then time against torch bf16 at the benchmark shapes."""
+    output, then (bench) time its variants against torch bf16 at the
+    benchmark shapes."""
     import torch
     ok_all = True
     cfgs, failed = [], set()
@@ -949,6 +973,8 @@ def run_wg(quick: bool):
                   f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']}  {detail}", flush=True)
         del wt
     cfgs = [c for c in cfgs if variant_key(WG_CU, c) not in failed]   # time the correct ones only
+    if not bench:
+        return ok_all
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
     for in_f, out_f in (BENCH_SHAPES if not quick else BENCH_SHAPES[:2]):
         wt = Weights(4, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
@@ -982,7 +1008,7 @@ def print_resources():
     print("\n# ptxas resource usage of compiled variants")
     for k, m in sorted(_modules.items(), key=lambda kv: str(kv[0])):
         cfg = m["cfg"]
-        name = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg"}[m["path"]]
+        name = KIND_OF[m["path"]]
         desc = " ".join(f"{a}={b}" for a, b in _macros(cfg).items())
         print(f"#   {name:4s} {desc}: {ptxas_summary(m['artifact'].get('log', ''))}")
 
@@ -993,7 +1019,7 @@ def main():
     ap.add_argument("--only", choices=("correctness", "bench"), help="run one part")
     ap.add_argument("--sweep", action="store_true", help="also time alternative launch configs")
     ap.add_argument("--resources", action="store_true", help="print ptxas usage of every variant")
-    ap.add_argument("--kernel", choices=("gemv", "qmm", "stream"), action="append",
+    ap.add_argument("--kernel", choices=("gemv", "qmm", "stream", "wg"), action="append",
                     help="test/time these kernels only (repeatable)")
     ap.add_argument("--tokens", help="comma-separated benchmark token counts (default 1,4,16,256,4096)")
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
@@ -1031,6 +1057,9 @@ def main():
         sys.exit(0 if ok else 1)
     if args.only in (None, "correctness"):
         ok = run_correctness(args.quick)
+        if (not KERNELS or "wg" in KERNELS) and torch.cuda.get_device_capability(0) == (9, 0):
+            WG_CONFIGS = [wg_config()]   # the variant the plugin runs
+            ok = run_wg(args.quick, bench=False) and ok
     if args.only in (None, "bench"):
         run_bench(args.quick, args.sweep)
     if args.resources:
