@@ -77,13 +77,14 @@ func TestMeasureTimesBothCandidatesAndExplainsTheChoice(t *testing.T) {
 	h := openHost(t, "qmm", "gemv", "mxfp4", "fp8tc")
 	d, err := h.Measure(context.Background(), AffineRequest(1, 1024, 512, 4, 64))
 	require.NoError(t, err)
-	// qmm and gemv are timed; gemv/tensor-core runs on CUDA only and says so.
-	require.Len(t, d.Measurements, 3)
+	// qmm and gemv are timed; gemv/tensor-core, qmm/stream and qmm/wgmma
+	// run on CUDA only and say so.
+	require.Len(t, d.Measurements, 5)
 	assert.Equal(t, "qmm", d.Measurements[0].Candidate, "fallback first")
 	chosen := 0
 	for _, m := range d.Measurements {
-		if m.Candidate == "gemv/tensor-core" {
-			assert.Equal(t, VerdictRefused, m.Verdict)
+		if m.Candidate != "qmm" && m.Candidate != "gemv" {
+			assert.Equal(t, VerdictRefused, m.Verdict, m.Candidate)
 			assert.Contains(t, m.Reason, "cpu")
 			continue
 		}

@@ -40,8 +40,10 @@ func TestManagerStartsAndDescribesPlugins(t *testing.T) {
 	assert.Equal(t, []string{"fp8tc", "gemv", "mxfp4", "qmm"}, names)
 	qmm, ok := m.Lookup("qmm")
 	require.True(t, ok)
-	require.Len(t, qmm.Description().Candidates, 1)
-	assert.True(t, qmm.Description().Candidates[0].Fallback)
+	cands := qmm.Description().Candidates
+	require.Len(t, cands, 3)
+	assert.True(t, cands[0].Fallback, "the fallback comes first")
+	assert.Equal(t, []string{"qmm", "qmm/stream", "qmm/wgmma"}, []string{cands[0].Name, cands[1].Name, cands[2].Name})
 	mx, _ := m.Lookup("mxfp4")
 	assert.Empty(t, mx.Description().Candidates, "placeholder plugins offer no candidates")
 }

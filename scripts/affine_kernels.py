@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GEMV_CU = ROOT / "plugins" / "gemv" / "kernels" / "gemv.cu"
 QMM_CU = ROOT / "plugins" / "qmm" / "kernels" / "qmm.cu"
 STREAM_CU = ROOT / "internal" / "affinegpu" / "kernels" / "stream.cu"
-WG_CU = ROOT / "plugins" / "qmm" / "kernels" / "wg.cu"   # experimental, sm_90a
+WG_CU = ROOT / "plugins" / "qmm" / "kernels" / "wg.cu"   # sm_90a only
 ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream", WG_CU: "affine_wg"}
 KIND_OF = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg"}
 
@@ -753,7 +753,7 @@ def run_bench(quick: bool, sweep: bool):
             if stream_config(bits, group, t, in_f, out_f):
                 variants.append((STREAM_CU, stream_config(bits, group, t, in_f, out_f)))
             if wg_serves(t, in_f):
-                variants.append((WG_CU, wg_config()))
+                variants.append((WG_CU, wg_choose(t, out_f)))
             if sweep:
                 variants += [(p, c) for _, p, c in sweep_configs(bits, group, t, in_f, out_f)]
     if KERNELS:
@@ -781,7 +781,7 @@ def run_bench(quick: bool, sweep: bool):
             if stream_config(bits, group, t, in_f, out_f):
                 rows.append(("stream", stream_config(bits, group, t, in_f, out_f), True))
             if wg_serves(t, in_f):
-                rows.append(("wg", wg_config(), True))
+                rows.append(("wg", wg_choose(t, out_f), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
@@ -862,12 +862,23 @@ def sweep_configs(bits, group, t, in_f, out_f):
 
 
 # -----------------------------------------------------------------------------
-# Experimental: wgmma kernel (plugins/qmm/kernels/wg.cu), int4 group 64.
+# The Hopper wgmma kernel (plugins/qmm/kernels/wg.cu, candidate qmm/wgmma), int4 group 64.
 # -----------------------------------------------------------------------------
 
 def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 2, band: int = 16) -> dict:
-    """A variant of wg.cu; the defaults are what plugins/qmm/wgmma.go runs (wgDefault)."""
+    """A variant of wg.cu; the defaults are plugins/qmm/wgmma.go's wgWide."""
     return dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _arch="sm_90a")
+
+
+def wg_choose(tokens: int, out_f: int, sms: int | None = None) -> dict:
+    """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go): 64-token
+    tiles when the tokens fit one or 128-token tiles would give at most one
+    block per two SMs, else 128-token tiles."""
+    sms = sms or SMS
+    blocks = -(-out_f // 128) * -(-tokens // 128)
+    if tokens <= 64 or 2 * blocks <= sms:
+        return wg_config(64, 6, 2, 3, 16)
+    return wg_config(128, 6, 2, 2, 16)
 
 
 def wg_stage_bytes(cfg: dict) -> int:
@@ -920,7 +931,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 
 
 WG_TOKENS = (256, 4096)
-WG_CONFIGS = [wg_config(), wg_config(128, 4, 2, 2, 16), wg_config(128, 5, 2, 3, 16)]
+WG_CONFIGS = [wg_config(), wg_config(64, 6, 2, 3, 16), wg_config(128, 4, 2, 2, 16)]
 
 
 def run_wg(quick: bool, bench: bool = True):
@@ -1024,7 +1035,7 @@ def main():
     ap.add_argument("--tokens", help="comma-separated benchmark token counts (default 1,4,16,256,4096)")
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
-    ap.add_argument("--wg", action="store_true", help="only the experimental wgmma kernel (correctness, then timing)")
+    ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND,... (default WG_CONFIGS)")
     args = ap.parse_args()
     global KERNELS
@@ -1058,7 +1069,7 @@ def main():
     if args.only in (None, "correctness"):
         ok = run_correctness(args.quick)
         if (not KERNELS or "wg" in KERNELS) and torch.cuda.get_device_capability(0) == (9, 0):
-            WG_CONFIGS = [wg_config()]   # the variant the plugin runs
+            WG_CONFIGS = [wg_choose(4096, 4096), wg_choose(64, 4096)]   # the variants the plugin runs
             ok = run_wg(args.quick, bench=False) and ok
     if args.only in (None, "bench"):
         run_bench(args.quick, args.sweep)

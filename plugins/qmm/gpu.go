@@ -18,26 +18,14 @@ const (
 
 var kernels = gpukernel.NewCache()
 
-// streamMinTokens: above it (and up to affinegpu.StreamMaxTokens) QMM runs
-// the weight-streaming kernel when it serves the request. At decode sizes
-// the gemv plugin's candidates cover it.
-const streamMinTokens = 8
-
-// prepareGPU compiles (or finds) the variant for req and binds the weights.
+// prepareGPU compiles (or finds) the tiled variant for req and binds the
+// weights.
 func prepareGPU(env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
 	dev, err := affinegpu.CUDA(env)
 	if err != nil {
 		return nil, err
 	}
 	sms := dev.Profile().Multiprocessors
-	// Small batches (more than a decode, at most 32 tokens) of 4- and 8-bit
-	// weights are memory bound: the weight-streaming kernel beats the tiled
-	// one there (bench/NOTES.md).
-	if req.Tokens > streamMinTokens {
-		if sc, why := affinegpu.ChooseStream(req, sms); why == "" {
-			return affinegpu.PrepareStream(env, req, weights, sc)
-		}
-	}
 	cfg := chooseQMM(req, sms)
 	k, err := kernels.Get(dev, gpukernel.Source{Name: sourceName, Code: kernelSource}, gpukernel.Variant{Entry: entryPoint, Defines: cfg.defines()})
 	if err != nil {

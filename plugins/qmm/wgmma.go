@@ -53,7 +53,7 @@ func (qmmWGMMA) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 	if why := wgAdmit(req, hw); why != "" {
 		return sdk.Admission{Reason: why}
 	}
-	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("int4 g64 at %d tokens (≥ %d) on sm_90, %s", req.Tokens, wgMinTokens, wgDefault.describe())}
+	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("int4 g64 at %d tokens (≥ %d) on sm_90, %s", req.Tokens, wgMinTokens, chooseWG(req, hw.Multiprocessors).describe())}
 }
 
 // wgAdmit says why kernels/wg.cu does not serve req on hw ("" when it does).
@@ -76,7 +76,7 @@ func wgAdmit(req sdk.Request, hw device.Profile) string {
 	if req.Tokens < wgMinTokens {
 		return fmt.Sprintf("serves %d or more tokens, not %d", wgMinTokens, req.Tokens)
 	}
-	if ws := wgDefault.workspaceBytes(req); ws > wgMaxWorkspace {
+	if ws := chooseWG(req, hw.Multiprocessors).workspaceBytes(req); ws > wgMaxWorkspace {
 		return fmt.Sprintf("its copy of x would need %d bytes of workspace (limit %d)", ws, int64(wgMaxWorkspace))
 	}
 	return ""
@@ -94,7 +94,7 @@ func (qmmWGMMA) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights
 	if err != nil {
 		return nil, err
 	}
-	cfg := wgDefault
+	cfg := chooseWG(req, dev.Profile().Multiprocessors)
 	main, err := kernels.Get(dev, wgSource, cfg.variant())
 	if err != nil {
 		return nil, err
@@ -123,8 +123,25 @@ type wgConfig struct {
 	Band   int // row blocks per raster band
 }
 
-// wgDefault is the variant QMM's Hopper candidate runs.
-var wgDefault = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 2, Band: 16}
+// The two variants QMM's Hopper candidate runs: 128-token tiles, and
+// 64-token ones for grids that would leave multiprocessors idle.
+var (
+	wgWide   = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 2, Band: 16}
+	wgNarrow = wgConfig{BN: 64, Stages: 6, WGS: 2, AST: 3, Band: 16}
+)
+
+// chooseWG picks 64-token tiles when the tokens fit in one, or when
+// 128-token tiles would give at most one block per two multiprocessors
+// (e.g. 14336→4096 at 256 tokens: 64 blocks); else 128-token tiles. This
+// is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
+// scripts/affine_kernels.py.
+func chooseWG(req sdk.Request, sms int) wgConfig {
+	blocks := ceilDiv(req.OutFeatures, 64*wgWide.WGS) * ceilDiv(req.Tokens, wgWide.BN)
+	if req.Tokens <= wgNarrow.BN || 2*blocks <= sms {
+		return wgNarrow
+	}
+	return wgWide
+}
 
 // variant is the kernel variant to compile: sm_90a, entry and macros.
 func (c wgConfig) variant() gpukernel.Variant {

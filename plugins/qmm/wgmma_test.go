@@ -18,14 +18,30 @@ func hopper() device.Profile {
 }
 
 func int4Request(tokens, in, out int) sdk.Request {
-	req := plugintest.AffineRequest(tokens, in, out, 4, 64, false)
-	return req
+	return plugintest.AffineRequest(tokens, in, out, 4, 64, false)
 }
 
 func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
 	adm := qmmWGMMA{}.Admit(int4Request(256, 4096, 14336), hopper())
 	require.True(t, adm.Admitted, adm.Reason)
 	assert.Contains(t, adm.Reason, "wgmma BN=128")
+}
+
+// The measured rule: 64-token tiles for one-tile batches and for grids of
+// at most one block per two multiprocessors, else 128.
+func TestChooseWGNarrowsSmallGrids(t *testing.T) {
+	for _, c := range []struct {
+		tokens, in, out, bn int
+	}{
+		{64, 4096, 14336, 64},   // one narrow tile
+		{128, 4096, 14336, 128}, // 112 blocks of 128 tokens
+		{256, 14336, 4096, 64},  // 64 blocks
+		{256, 28672, 8192, 128}, // 128 blocks
+		{128, 28672, 8192, 64},  // 64 blocks
+		{1024, 4096, 4096, 128}, // 256 blocks
+	} {
+		assert.Equal(t, c.bn, chooseWG(int4Request(c.tokens, c.in, c.out), 132).BN, "%d tokens %dx%d", c.tokens, c.in, c.out)
+	}
 }
 
 func TestWGMMARefusalsSayWhy(t *testing.T) {
@@ -70,7 +86,7 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136)} {
 		req.Bias = req.Tokens == 129
-		c := wgDefault
+		c := chooseWG(req, 132)
 		prep, main := c.launches(req)
 		tiles := (req.Tokens + c.BN - 1) / c.BN
 		rowBlocks := (req.OutFeatures + 64*c.WGS - 1) / (64 * c.WGS)
@@ -111,7 +127,8 @@ func TestWGMMAVariantsCompile(t *testing.T) {
 		if wgAdmit(req, hw) != "" {
 			return plugintest.Choice{}
 		}
-		_, main := wgDefault.launches(req)
-		return plugintest.Choice{OK: true, Source: &wgSource, Variant: wgDefault.variant(), Grid: main.Grid, Block: main.Block, SharedBytes: main.SharedBytes}
+		c := chooseWG(req, sms)
+		_, main := c.launches(req)
+		return plugintest.Choice{OK: true, Source: &wgSource, Variant: c.variant(), Grid: main.Grid, Block: main.Block, SharedBytes: main.SharedBytes}
 	})
 }

@@ -63,7 +63,10 @@ typedef unsigned long long u64;
 #define WGS 2
 #endif
 #ifndef AST
-#define AST 3   // weight stages (AG groups each) in the ring
+#define AST 2   // weight stages (AG groups each) in the ring
+#endif
+#if AST < 2
+#error "AST must be at least 2: a consumer releases a weight stage only after reading the next one's first group"
 #endif
 #define GROUP 64
 #define STEP_BYTES (BN * 32)                 // one k16 step of B
@@ -390,8 +393,9 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 
     kc_bar_wait(afull0, 0);
     uint4 next = words(0), next_sc = scaling(0);
+    int slot = 0;
+    u32 phase = 0;   // of the x slot's "full" barrier
     for (int grp = 0; grp < groups; ++grp) {
-        const int slot = grp % STAGES;
         const uint4 cw = next, sc = next_sc;
         // Unpack all four k16 fragments before wgmma.fence: registers written
         // after the fence and read by a wgmma would have ptxas serialise it.
@@ -405,7 +409,7 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             fa[4 * st + 2] = kc_nib(wr0, j + 1);
             fa[4 * st + 3] = kc_nib(wr1, j + 1);
         }
-        kc_bar_wait(full0 + 8 * slot, (grp / STAGES) & 1);
+        kc_bar_wait(full0 + 8 * slot, phase);
         const u32 bstep = sbase + slot * STAGE_BYTES;
         kc_fence_words(fa);
         kc_fence_operands(ga);
@@ -432,6 +436,10 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         fold(ga, sc, slot);
         __syncwarp();
         if (lane == 0) kc_bar_arrive(empty0 + 8 * slot);
+        if (++slot == STAGES) {
+            slot = 0;
+            phase ^= 1u;
+        }
     }
 
     // Store: element 4j+e is row rbase (e < 2) or rbase + 8, token
