@@ -110,6 +110,9 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			affine(sdk.PhaseDecode, sdk.RoleGateUp, 1, 4096, 28672, 4, 64),
 			affine(sdk.PhaseDecode, sdk.RoleDown, 1, 14336, 4096, 4, 64),
 			affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 4096, 4096, 8, 64),
+			// small batches: the stream kernel or the tiled one, by shape
+			affine(sdk.PhasePrefill, sdk.RoleAttentionOutput, 16, 4096, 4096, 4, 64),
+			affine(sdk.PhasePrefill, sdk.RoleDown, 16, 28672, 8192, 4, 64),
 			affine(sdk.PhasePrefill, sdk.RoleGateUp, 256, 4096, 14336, 4, 64),
 			dense(sdk.RoleRouter, 1, 2880, 32),
 			dense(sdk.RoleOutputHead, 512, 4096, 128256),
