@@ -38,7 +38,7 @@ func readY(t *testing.T, h *Host, io map[string]device.Buffer) []byte {
 func TestEngineAPIEndToEnd(t *testing.T) {
 	h := newHostConfig(t, "qmm", "gemv").open(t)
 	ctx := context.Background()
-	req := AffineRequest(1, 512, 96, 4, 64)
+	req := affineRequest(1, 512, 96, 4, 64)
 	req.Bias = true
 	plan, err := h.Plan(ctx, req)
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestEngineAPIEndToEnd(t *testing.T) {
 func TestEngineAPIBadInput(t *testing.T) {
 	h := newHostConfig(t, "qmm", "gemv").open(t)
 	ctx := context.Background()
-	req := AffineRequest(1, 256, 64, 4, 64)
+	req := affineRequest(1, 256, 64, 4, 64)
 	sample := affine.RandomSample(req, 1)
 
 	missing := map[string][]byte{affine.Weight: sample.Weights[affine.Weight], affine.Scales: sample.Weights[affine.Scales]}
@@ -92,7 +92,7 @@ func TestEngineAPIBadInput(t *testing.T) {
 	w, err := h.RegisterWeights(req, sample.Weights)
 	require.NoError(t, err)
 	defer w.Close()
-	other := AffineRequest(1, 256, 72, 4, 64)
+	other := affineRequest(1, 256, 72, 4, 64)
 	plan, err := h.Plan(ctx, other)
 	require.NoError(t, err)
 	_, err = plan.Bind(ctx, w)
@@ -121,7 +121,7 @@ func TestEngineAPIBadInput(t *testing.T) {
 func TestMalformedLaunchPlanDropsTheCandidate(t *testing.T) {
 	cfg := newHostConfig(t, "qmm", pluginBadPlan)
 	h := cfg.open(t)
-	d, err := h.Measure(context.Background(), AffineRequest(1, 256, 64, 4, 64))
+	d, err := h.Measure(context.Background(), affineRequest(1, 256, 64, 4, 64))
 	require.NoError(t, err)
 	assert.Equal(t, "qmm", d.Choice)
 	bad := d.Measurements[1]
@@ -131,7 +131,7 @@ func TestMalformedLaunchPlanDropsTheCandidate(t *testing.T) {
 
 	cfg.policy.Force = map[string]string{"affine": "badplan"}
 	forced := cfg.open(t)
-	req := AffineRequest(1, 256, 64, 4, 64)
+	req := affineRequest(1, 256, 64, 4, 64)
 	plan, err := forced.Plan(context.Background(), req)
 	require.NoError(t, err)
 	require.Equal(t, SourcePolicy, plan.Source)
@@ -156,7 +156,7 @@ func TestRemoteRunsUseTheDoorbell(t *testing.T) {
 			h, err := Open(context.Background(), Options{PluginDir: cfg.dir, Device: "cpu", NoChannels: !channels, Policy: &cfg.policy})
 			require.NoError(t, err)
 			defer h.Close()
-			req := AffineRequest(2, 256, 64, 4, 64)
+			req := affineRequest(2, 256, 64, 4, 64)
 			sample := affine.RandomSample(req, 5)
 			plan, err := h.Plan(context.Background(), req)
 			require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestPluginsSeeOnlyTheirCallsBuffers(t *testing.T) {
 	cfg := newHostConfig(t, "qmm", pluginSpy)
 	cfg.policy.Force = nil
 	h := cfg.open(t)
-	req := AffineRequest(1, 256, 64, 4, 64)
+	req := affineRequest(1, 256, 64, 4, 64)
 	d, err := h.Measure(context.Background(), req)
 	require.NoError(t, err)
 	for _, m := range d.Measurements {

@@ -45,7 +45,7 @@ func TestGPUFaultingKernelIsContained(t *testing.T) {
 	defer dev.Free(canary)
 	require.NoError(t, dev.Fill(canary, 0x5a))
 
-	req := AffineRequest(1, 1024, 256, 4, 64)
+	req := affineRequest(1, 1024, 256, 4, 64)
 	fault, _ := h.Manager().Lookup("gpufault")
 	for i := 0; i < 3; i++ {
 		d, err := h.Measure(ctx, req)
@@ -94,7 +94,7 @@ func TestGPUTuningOncePerKeyAndCached(t *testing.T) {
 	h := openGPUHost(t, cfg)
 	keys := make([]sdk.Request, 8)
 	for i := range keys {
-		keys[i] = AffineRequest(1, 4096, 4096+1024*i, 4, 64)
+		keys[i] = affineRequest(1, 4096, 4096+1024*i, 4, 64)
 	}
 	var wg sync.WaitGroup
 	for g := 0; g < 64; g++ {

@@ -25,7 +25,7 @@ func openHost(t *testing.T, plugins ...string) *Host {
 	return h
 }
 
-func AffineRequest(tokens, in, out, bits, group int) sdk.Request {
+func affineRequest(tokens, in, out, bits, group int) sdk.Request {
 	return sdk.Request{
 		Family: sdk.FamilyAffine, Phase: sdk.PhaseDecode, Tokens: tokens, InFeatures: in, OutFeatures: out,
 		Weight: sdk.Format{Kind: "affine", Bits: bits, GroupSize: group}, Activation: sdk.BF16,
@@ -46,7 +46,7 @@ func assertFieldError(t *testing.T, err error, field string, value any) {
 // host's buffers and compares with the float64 reference.
 func TestPluginExecutesOnSharedMemory(t *testing.T) {
 	h := openHost(t, "qmm", "gemv")
-	req := AffineRequest(3, 512, 96, 4, 64)
+	req := affineRequest(3, 512, 96, 4, 64)
 	req.Bias = true
 	sample := affine.RandomSample(req, uint64(time.Now().UnixNano()))
 	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
@@ -75,7 +75,7 @@ func TestPluginExecutesOnSharedMemory(t *testing.T) {
 
 func TestMeasureTimesBothCandidatesAndExplainsTheChoice(t *testing.T) {
 	h := openHost(t, "qmm", "gemv", "mxfp4", "fp8tc")
-	d, err := h.Measure(context.Background(), AffineRequest(1, 1024, 512, 4, 64))
+	d, err := h.Measure(context.Background(), affineRequest(1, 1024, 512, 4, 64))
 	require.NoError(t, err)
 	// qmm and gemv are timed; gemv/tensor-core, qmm/stream and qmm/wgmma
 	// run on CUDA only and say so.
@@ -105,7 +105,7 @@ func TestMeasureTimesBothCandidatesAndExplainsTheChoice(t *testing.T) {
 
 func TestPrefillRefusesGEMVWithReason(t *testing.T) {
 	h := openHost(t, "qmm", "gemv")
-	req := AffineRequest(64, 256, 64, 4, 64)
+	req := affineRequest(64, 256, 64, 4, 64)
 	req.Phase = sdk.PhasePrefill
 	d, err := h.Measure(context.Background(), req)
 	require.NoError(t, err)
@@ -116,7 +116,7 @@ func TestPrefillRefusesGEMVWithReason(t *testing.T) {
 
 func TestWrongNumbersAreRejected(t *testing.T) {
 	h := openHost(t, "qmm", pluginWrong)
-	d, err := h.Measure(context.Background(), AffineRequest(1, 256, 64, 4, 64))
+	d, err := h.Measure(context.Background(), affineRequest(1, 256, 64, 4, 64))
 	require.NoError(t, err)
 	assert.Equal(t, "qmm", d.Choice)
 	var wrong Measurement
@@ -146,7 +146,7 @@ func TestBadRequestsNameFieldAndValue(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req := AffineRequest(1, 256, 64, 4, 64)
+			req := affineRequest(1, 256, 64, 4, 64)
 			tc.edit(&req)
 			_, err := h.Measure(context.Background(), req)
 			assertFieldError(t, err, tc.field, tc.value)
@@ -156,7 +156,7 @@ func TestBadRequestsNameFieldAndValue(t *testing.T) {
 
 func TestBufferTooSmallIsNamedAcrossTheWire(t *testing.T) {
 	h := openHost(t, "qmm")
-	req := AffineRequest(1, 256, 64, 4, 64)
+	req := affineRequest(1, 256, 64, 4, 64)
 	small, err := h.Device().Alloc(8)
 	require.NoError(t, err)
 	defer h.Device().Free(small)
@@ -175,7 +175,7 @@ func TestBufferTooSmallIsNamedAcrossTheWire(t *testing.T) {
 // measurement is complete and correct.
 func TestSIGKILLDuringMeasureKeepsHostServing(t *testing.T) {
 	h := openHost(t, "qmm", "gemv")
-	req := AffineRequest(1, 2048, 2048, 4, 64)
+	req := affineRequest(1, 2048, 2048, 4, 64)
 	done := make(chan error, 1)
 	go func() {
 		_, err := h.Measure(context.Background(), req)
@@ -196,7 +196,7 @@ func TestSIGKILLDuringMeasureKeepsHostServing(t *testing.T) {
 		p, _ := h.Manager().Lookup(name)
 		waitFor(t, 10*time.Second, name+" restarted", func() bool { return p.Health().Running && p.Health().Restarts >= 1 })
 	}
-	d, err := h.Measure(context.Background(), AffineRequest(1, 512, 128, 4, 64))
+	d, err := h.Measure(context.Background(), affineRequest(1, 512, 128, 4, 64))
 	require.NoError(t, err)
 	for _, m := range d.Measurements {
 		assert.NotEqual(t, VerdictFailed, m.Verdict, "%s: %s", m.Candidate, m.Reason)

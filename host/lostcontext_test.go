@@ -18,7 +18,7 @@ func TestLostDeviceContextRestartsThePluginAtOnce(t *testing.T) {
 	ctx := context.Background()
 	lost, ok := h.Manager().Lookup(pluginLostCtx)
 	require.True(t, ok)
-	req := AffineRequest(1, 256, 64, 4, 64)
+	req := affineRequest(1, 256, 64, 4, 64)
 	for round := 1; round <= 2; round++ {
 		before := lost.Health().Generation
 		d, err := h.Measure(ctx, req)

@@ -138,7 +138,7 @@ func TestReplacedBinaryIsRefusedAtRestart(t *testing.T) {
 // restart is refused as stale, never sent to the new process.
 func TestPreparedIDsDieWithTheirProcess(t *testing.T) {
 	h := openHost(t, "qmm")
-	req := AffineRequest(1, 256, 64, 4, 64)
+	req := affineRequest(1, 256, 64, 4, 64)
 	w, err := h.RegisterWeights(req, affine.RandomSample(req, 3).Weights)
 	require.NoError(t, err)
 	defer w.Close()

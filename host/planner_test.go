@@ -68,7 +68,7 @@ func (c *hostConfig) open(t *testing.T) *Host {
 func decodeKeys(n int) []sdk.Request {
 	var out []sdk.Request
 	for i := 0; i < n; i++ {
-		out = append(out, AffineRequest(1, 256, 64+8*i, 4, 64))
+		out = append(out, affineRequest(1, 256, 64+8*i, 4, 64))
 	}
 	return out
 }
@@ -153,7 +153,7 @@ func TestDecisionsAreTracedOneLineEach(t *testing.T) {
 	req := decodeKeys(1)[0]
 	_, err := h.Plan(context.Background(), req)
 	require.NoError(t, err)
-	prefill := AffineRequest(32, 256, 64, 4, 64)
+	prefill := affineRequest(32, 256, 64, 4, 64)
 	prefill.Phase = sdk.PhasePrefill
 	_, err = h.Plan(context.Background(), prefill)
 	require.NoError(t, err)
@@ -263,7 +263,7 @@ func TestPoliciesDecideWithoutMeasuring(t *testing.T) {
 		{"forced per family", func(p *Policy) { p.Force = map[string]string{"affine": "gemv"} }, req, "gemv", SourcePolicy, "forced"},
 		{"role beats family", func(p *Policy) { p.Force = map[string]string{"affine": "gemv", "affine/down": "qmm"} }, req, "qmm", SourcePolicy, "forced"},
 		{"forced but refused", func(p *Policy) { p.Force = map[string]string{"affine": "gemv"} }, func() sdk.Request {
-			r := AffineRequest(16, 256, 64, 4, 64)
+			r := affineRequest(16, 256, 64, 4, 64)
 			r.Phase = sdk.PhasePrefill
 			return r
 		}(), "qmm", SourceFallback, "refuses"},
@@ -302,7 +302,7 @@ func TestKeyBudgetAbandonsTuning(t *testing.T) {
 	cfg := newHostConfig(t, "qmm", "gemv")
 	cfg.policy.KeyBudget = Duration(time.Millisecond)
 	h := cfg.open(t)
-	p, err := h.Plan(context.Background(), AffineRequest(1, 2048, 2048, 4, 64))
+	p, err := h.Plan(context.Background(), affineRequest(1, 2048, 2048, 4, 64))
 	require.NoError(t, err)
 	assert.Equal(t, SourceFallback, p.Source)
 	assert.Contains(t, p.Reason, "abandoned")
@@ -346,7 +346,7 @@ func TestPolicyFromFileAndEnvironment(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, NumericalExact, p.Numerical)
 	assert.Equal(t, 250*time.Millisecond, time.Duration(p.KeyBudget))
-	assert.True(t, p.WorthTuning(AffineRequest(64, 256, 64, 4, 64)))
+	assert.True(t, p.WorthTuning(affineRequest(64, 256, 64, 4, 64)))
 	assert.Equal(t, AdmissionStable, p.Admission, "fields the file omits keep their value")
 
 	p, err = p.ApplyEnv([]string{
