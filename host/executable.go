@@ -81,6 +81,10 @@ func (e *Executable) Plan() *Plan {
 // remote path Run waits for stream, has the plugin execute, and returns
 // when the outputs are written.
 //
+// Runs of one executable share the candidate's scratch workspace (when it
+// has one): order runs of the same executable on different streams, or
+// bind one executable per stream.
+//
 // When a candidate fails on the remote path (after its plugin was
 // restarted and the call retried), the request is re-planned to the
 // family's fallback, the executable rebinds to it, and the run is repeated:

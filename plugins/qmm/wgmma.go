@@ -22,8 +22,8 @@ var wgSource = gpukernel.Source{Name: "wg.cu", Code: wgCode}
 const (
 	wgEntry     = "affine_wg"
 	wgPrepEntry = "affine_wg_prep"
-	// wgMinTokens: fewer tokens are the stream kernel's (QMM serves them
-	// with it), and a 128-token tile would be mostly empty.
+	// wgMinTokens: fewer tokens are qmm/stream's range, and even a
+	// 64-token tile would be mostly empty.
 	wgMinTokens = affinegpu.StreamMaxTokens + 1
 	// wgMaxWorkspace bounds the permuted copy of x the kernel stages from.
 	wgMaxWorkspace = 2 << 30

@@ -81,6 +81,9 @@ type Kernel struct {
 // Sibling is another entry point of the same compiled module (a source
 // with several kernels launched one after another).
 func (k *Kernel) Sibling(entry string) (*Kernel, error) {
+	if k.mod == nil {
+		return nil, errdefs.Internal("kernel %s has no loaded module to find %s in", k.Entry, entry)
+	}
 	fn, err := k.mod.Function(entry)
 	if err != nil {
 		return nil, err

@@ -14,7 +14,8 @@
 //     grid (ceil(out/ROWS) * ceil(tokens/BN)), block THREADS, dynamic shared
 //     memory SMEM_BYTES; blocks are rastered in bands of `band` row blocks.
 // Workspace: xp = ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes.
-// Needs in_features a multiple of 128 (scales are copied in pairs of groups).
+// Needs in_features a multiple of 128 (scales are copied in pairs of
+// groups, so at least two groups) and band >= 1.
 //
 // METHOD
 //   Warp specialised, no block barrier in the main loop. The last
@@ -61,6 +62,12 @@ typedef unsigned long long u64;
 #endif
 #ifndef WGS
 #define WGS 2
+#endif
+#if BN != 64 && BN != 128
+#error "BN must be 64 or 128 (the wgmma shapes written out below)"
+#endif
+#if WGS < 1 || WGS > 3
+#error "WGS must be 1, 2 or 3"
 #endif
 #ifndef AST
 #define AST 2   // weight stages (AG groups each) in the ring
