@@ -34,6 +34,18 @@ func Admit(req sdk.Request, hw device.Profile) (bool, string) {
 	return true, ""
 }
 
+// AdmitCUDA is Admit for candidates that run on CUDA devices only: it
+// returns why req is refused on hw, or "".
+func AdmitCUDA(req sdk.Request, hw device.Profile) string {
+	if hw.Kind != device.CUDA {
+		return fmt.Sprintf("needs a CUDA device, not %s", hw.Kind)
+	}
+	if ok, why := Admit(req, hw); !ok {
+		return why
+	}
+	return ""
+}
+
 func ccMajor(cc string) int {
 	head, _, _ := strings.Cut(cc, ".")
 	v, err := strconv.Atoi(head)

@@ -18,7 +18,7 @@ import (
 // sized is a buffer that only has a size: enough for binding checks.
 type sized int64
 
-func (s sized) Size() int64                     { return int64(s) }
+func (s sized) Size() int64                    { return int64(s) }
 func (s sized) Handle() (device.Handle, error) { return device.Handle{}, errors.New("not shareable") }
 
 func buffersOf(sizes map[string]int64) sdk.Buffers {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/gpukernel"
 )
 
@@ -119,6 +120,16 @@ func (c StreamConfig) Launch(req sdk.Request) (grid, block [3]uint32, shared uin
 // Describe names the variant for logs.
 func (c StreamConfig) Describe() string {
 	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d", c.MT, c.NT, c.KW, c.U, c.D)
+}
+
+// AdmitStream picks the stream variant for req on hw, or says why the
+// stream kernel does not serve it there (not a CUDA device, a shape no
+// affine GPU kernel takes, or one the stream kernel does not).
+func AdmitStream(req sdk.Request, hw device.Profile) (StreamConfig, string) {
+	if why := AdmitCUDA(req, hw); why != "" {
+		return StreamConfig{}, why
+	}
+	return ChooseStream(req, hw.Multiprocessors)
 }
 
 var streamKernels = gpukernel.NewCache()

@@ -33,20 +33,20 @@ func (gemvTensorCore) Info() sdk.CandidateInfo {
 
 // Admit implements sdk.Candidate.
 func (gemvTensorCore) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
-	if hw.Kind != device.CUDA {
-		return sdk.Admission{Reason: fmt.Sprintf("needs a CUDA device, not %s", hw.Kind)}
-	}
-	if ok, why := affinegpu.Admit(req, hw); !ok {
-		return sdk.Admission{Reason: why}
-	}
-	if req.Tokens > maxTokens {
-		return sdk.Admission{Reason: fmt.Sprintf("serves 1 to %d tokens, not %d", maxTokens, req.Tokens)}
-	}
-	cfg, why := affinegpu.ChooseStream(req, hw.Multiprocessors)
+	cfg, why := tensorCoreAdmit(req, hw)
 	if why != "" {
 		return sdk.Admission{Reason: why}
 	}
 	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("decode shape (tokens=%d ≤ %d), %s", req.Tokens, maxTokens, cfg.Describe())}
+}
+
+// tensorCoreAdmit picks the stream variant for a decode request on hw, or
+// says why the candidate does not serve it.
+func tensorCoreAdmit(req sdk.Request, hw device.Profile) (affinegpu.StreamConfig, string) {
+	if hw.Kind == device.CUDA && req.Tokens > maxTokens {
+		return affinegpu.StreamConfig{}, fmt.Sprintf("serves 1 to %d tokens, not %d", maxTokens, req.Tokens)
+	}
+	return affinegpu.AdmitStream(req, hw)
 }
 
 // Prepare implements sdk.Candidate.
@@ -54,10 +54,7 @@ func (gemvTensorCore) Prepare(_ context.Context, env sdk.Env, req sdk.Request, w
 	if err := affine.Validate(req); err != nil {
 		return nil, err
 	}
-	if env.Device.Kind() != device.CUDA {
-		return nil, errdefs.Unsupported("gemv/tensor-core needs a CUDA device, not %s", env.Device.Kind())
-	}
-	cfg, why := affinegpu.ChooseStream(req, env.Device.Profile().Multiprocessors)
+	cfg, why := tensorCoreAdmit(req, env.Device.Profile())
 	if why != "" {
 		return nil, errdefs.Unsupported("gemv/tensor-core: %s", why)
 	}

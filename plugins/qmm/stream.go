@@ -47,17 +47,11 @@ func (qmmStream) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 // streamAdmit picks the stream variant for req on hw, or says why the
 // candidate does not serve it.
 func streamAdmit(req sdk.Request, hw device.Profile) (affinegpu.StreamConfig, string) {
-	if hw.Kind != device.CUDA {
-		return affinegpu.StreamConfig{}, fmt.Sprintf("needs a CUDA device, not %s", hw.Kind)
-	}
-	if ok, why := affinegpu.Admit(req, hw); !ok {
-		return affinegpu.StreamConfig{}, why
-	}
-	if req.Tokens <= streamMinTokens {
+	if hw.Kind == device.CUDA && req.Tokens <= streamMinTokens {
 		return affinegpu.StreamConfig{}, fmt.Sprintf("serves %d to %d tokens, not %d (decode is the gemv plugin's)",
 			streamMinTokens+1, affinegpu.StreamMaxTokens, req.Tokens)
 	}
-	return affinegpu.ChooseStream(req, hw.Multiprocessors)
+	return affinegpu.AdmitStream(req, hw)
 }
 
 // Prepare implements sdk.Candidate.

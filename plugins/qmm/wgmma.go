@@ -58,10 +58,7 @@ func (qmmWGMMA) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 
 // wgAdmit says why kernels/wg.cu does not serve req on hw ("" when it does).
 func wgAdmit(req sdk.Request, hw device.Profile) string {
-	if hw.Kind != device.CUDA {
-		return fmt.Sprintf("needs a CUDA device, not %s", hw.Kind)
-	}
-	if ok, why := affinegpu.Admit(req, hw); !ok {
+	if why := affinegpu.AdmitCUDA(req, hw); why != "" {
 		return why
 	}
 	if hw.ComputeCapability != "9.0" {
