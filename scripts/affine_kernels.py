@@ -132,9 +132,10 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     """Macros for affine_stream (tokens 1..32, 4 or 8 bits), or None when it does not apply
     (other bit widths, or no step of 128 or 256 packed bytes per row dividing the groups).
 
-    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp at
-    decode (one above), 128-byte steps, two ring slots, four warps per block
-    (eight when that leaves fewer than 8 warps per SM), >= 2 steps per warp."""
+    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp up to
+    16 tokens (one above), 128-byte steps, two ring slots, four warps per
+    block (eight when that leaves fewer than 8 warps per SM, 4 at 9-16
+    tokens), >= 2 steps per warp."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -144,9 +145,9 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     if u is None:
         return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
-    mt = 2 if nt == 1 else 1
+    mt = 2 if nt <= 2 else 1
     blocks = -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
-    kw = 4 if blocks * 4 >= 8 * sms else 8
+    kw = 4 if blocks * 4 >= (4 if nt == 2 else 8) * sms else 8
     while kw > 1 and groups // u < 2 * kw:
         kw //= 2
     cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)
@@ -865,7 +866,7 @@ def sweep_configs(bits, group, t, in_f, out_f):
 # The Hopper wgmma kernel (plugins/qmm/kernels/wg.cu, candidate qmm/wgmma), int4 group 64.
 # -----------------------------------------------------------------------------
 
-def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 2, band: int = 16) -> dict:
+def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16) -> dict:
     """A variant of wg.cu; the defaults are plugins/qmm/wgmma.go's wgWide."""
     return dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _arch="sm_90a")
 
@@ -878,11 +879,17 @@ def wg_choose(tokens: int, out_f: int, sms: int | None = None) -> dict:
     blocks = -(-out_f // 128) * -(-tokens // 128)
     if tokens <= 64 or 2 * blocks <= sms:
         return wg_config(64, 6, 2, 3, 16)
-    return wg_config(128, 6, 2, 2, 16)
+    return wg_config(128, 6, 2, 3, 16)
 
 
 def wg_stage_bytes(cfg: dict) -> int:
-    return 4 * cfg["BN"] * 32 + cfg["BN"] * 4
+    return 4 * cfg["BN"] * 32
+
+
+def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int) -> int:
+    """The stages of x / sigma, then one float sigma per padded token."""
+    tiles = -(-tokens // cfg["BN"])
+    return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4
 
 
 def wg_smem(cfg: dict) -> int:
@@ -907,8 +914,9 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     import torch
     bn, in_f, out_f = cfg["BN"], wt.in_f, wt.out_f
     tiles = -(-tokens // bn)
-    xp = torch.empty(tiles * (in_f // 64) * wg_stage_bytes(cfg), dtype=torch.uint8, device="cuda")
+    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f), dtype=torch.uint8, device="cuda")
     smem = wg_smem(cfg)
+    scale = get_kernel(WG_CU, cfg, 0, name="affine_wg_scale")
     prep = get_kernel(WG_CU, cfg, 0, name="affine_wg_prep")
     main = get_kernel(WG_CU, cfg, smem)
     w = wt.w if w is None else w
@@ -925,13 +933,15 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     def run():
         import cupy
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            scale((tokens, 1, 1), (128, 1, 1), args_prep)
             prep((tiles, in_f // 64, 1), (bn, 1, 1), args_prep)
             main((row_blocks * tiles, 1, 1), (threads, 1, 1), args_main, shared_mem=smem)
     return run, xp
 
 
 WG_TOKENS = (256, 4096)
-WG_CONFIGS = [wg_config(), wg_config(64, 6, 2, 3, 16), wg_config(128, 4, 2, 2, 16)]
+WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
+WG_CONFIGS = [wg_config(), wg_config(64, 6, 2, 3, 16), wg_config(128, 6, 2, 2, 16)]
 
 
 def run_wg(quick: bool, bench: bool = True):
@@ -959,13 +969,18 @@ def run_wg(quick: bool, bench: bool = True):
             for line in log.splitlines():
                 if "Performance" in line or "serializ" in line:
                     print("#   ", line.strip()[:300], flush=True)
-    for ci, (in_f, out_f, t, bias) in enumerate([(1024, 1032, 37, True), (4096, 4096, 128, False),
-                                                 (2048, 512, 300, True), (4096, 14336, 256, False),
-                                                 (14336, 4096, 33, False), (1152, 1032, 65, True),
-                                                 (640, 136, 129, False)]):
+    # big: odd tokens' x scaled by 2^17, beyond fp16, so the kernel's
+    # per-token power-of-two scaling (affine_wg_scale) is what keeps it exact.
+    for ci, (in_f, out_f, t, bias, big) in enumerate([(1024, 1032, 37, True, False), (4096, 4096, 128, False, False),
+                                                      (2048, 512, 300, True, False), (4096, 14336, 256, False, False),
+                                                      (14336, 4096, 33, False, False), (1152, 1032, 65, True, False),
+                                                      (640, 136, 129, False, False), (4096, 1032, 70, True, True)]):
         wt = Weights(4, 64, in_f, out_f, bias, seed=500 + ci)
         gen = torch.Generator(device="cuda").manual_seed(ci)
-        x = (torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+        x = torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1
+        if big:
+            x[1::2] *= 2.0 ** 17
+        x = x.to(torch.bfloat16)
         ref = wt.reference(x)
         for cfg in cfgs:
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")
@@ -977,13 +992,18 @@ def run_wg(quick: bool, bench: bool = True):
                 print(f"FAIL wg {in_f}->{out_f} t={t} {cfg}: {type(e).__name__}: {e}", flush=True)
                 raise
             ok, detail = check(y.view(torch.bfloat16), ref)
+            if big:   # the scaled tokens against a tolerance scaled alike
+                ok_e, detail = check(y.view(torch.bfloat16)[0::2], ref[0::2])
+                ok_o, detail_o = check(y.view(torch.bfloat16)[1::2] / 2.0 ** 17, ref[1::2] / 2.0 ** 17)
+                ok, detail = ok_e and ok_o, f"{detail}; x*2^17 tokens /2^17: {detail_o}"
             ok_all &= ok
             if not ok:
                 failed.add(variant_key(WG_CU, cfg))
             print(f"{'PASS' if ok else 'FAIL'} wg {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
-                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']}  {detail}", flush=True)
+                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']}{' x*2^17' if big else ''}  {detail}", flush=True)
         del wt
-    cfgs = [c for c in cfgs if variant_key(WG_CU, c) not in failed]   # time the correct ones only
+    if not WG_TIME_ALL:
+        cfgs = [c for c in cfgs if variant_key(WG_CU, c) not in failed]   # time the correct ones only
     if not bench:
         return ok_all
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
@@ -1037,6 +1057,8 @@ def main():
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND,... (default WG_CONFIGS)")
+    ap.add_argument("--wg-time-all", action="store_true",
+                    help="with --wg: time variants that failed correctness too (diagnostics only)")
     args = ap.parse_args()
     global KERNELS
     KERNELS = tuple(args.kernel or ())
@@ -1058,7 +1080,8 @@ def main():
     t0 = time.time()
     ok = True
     if args.wg:
-        global WG_CONFIGS, WG_TOKENS
+        global WG_CONFIGS, WG_TOKENS, WG_TIME_ALL
+        WG_TIME_ALL = args.wg_time_all
         if args.wg_configs:
             WG_CONFIGS = [wg_config(*(int(v) for v in c.split(":"))) for c in args.wg_configs.split(",")]
         if args.tokens:

@@ -20,8 +20,11 @@ var wgCode string
 var wgSource = gpukernel.Source{Name: "wg.cu", Code: wgCode}
 
 const (
-	wgEntry     = "affine_wg"
-	wgPrepEntry = "affine_wg_prep"
+	wgEntry      = "affine_wg"
+	wgScaleEntry = "affine_wg_scale"
+	wgPrepEntry  = "affine_wg_prep"
+	// wgScaleThreads is affine_wg_scale's block (SCALE_THREADS in wg.cu).
+	wgScaleThreads = 128
 	// wgMinTokens: fewer tokens are qmm/stream's range, and even a
 	// 64-token tile would be mostly empty.
 	wgMinTokens = affinegpu.StreamMaxTokens + 1
@@ -30,9 +33,11 @@ const (
 )
 
 // qmmWGMMA is QMM's Hopper candidate: kernels/wg.cu, warp-specialised
-// wgmma with the weights unpacked exactly in registers. It serves 4-bit,
-// group-64 weights at 33 or more tokens on compute capability 9.0; the host
-// times it against the tiled kernel and keeps the faster.
+// wgmma with the weights dequantised to fp16 in registers (one rounding per
+// weight, 2^-11 relative) and x scaled per token by a power of two into
+// fp16. It serves 4-bit, group-64 weights at 33 or more tokens on compute
+// capability 9.0; the host times it against the tiled kernel and keeps the
+// faster.
 type qmmWGMMA struct{}
 
 var _ sdk.Candidate = qmmWGMMA{}
@@ -96,12 +101,17 @@ func (qmmWGMMA) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights
 	if err != nil {
 		return nil, err
 	}
+	scale, err := main.Sibling(wgScaleEntry)
+	if err != nil {
+		return nil, err
+	}
 	prep, err := main.Sibling(wgPrepEntry)
 	if err != nil {
 		return nil, err
 	}
-	lp, lm := cfg.launches(req)
-	p, err := affinegpu.NewPreparedSteps(req, weights, []gpukernel.Step{{Kernel: prep, Launch: lp}, {Kernel: main, Launch: lm}}, cfg.workspaceBytes(req))
+	l := cfg.launches(req)
+	steps := []gpukernel.Step{{Kernel: scale, Launch: l.scale}, {Kernel: prep, Launch: l.prep}, {Kernel: main, Launch: l.main}}
+	p, err := affinegpu.NewPreparedSteps(req, weights, steps, cfg.workspaceBytes(req))
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +133,7 @@ type wgConfig struct {
 // The two variants QMM's Hopper candidate runs: 128-token tiles, and
 // 64-token ones for grids that would leave multiprocessors idle.
 var (
-	wgWide   = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 2, Band: 16}
+	wgWide   = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 3, Band: 16}
 	wgNarrow = wgConfig{BN: 64, Stages: 6, WGS: 2, AST: 3, Band: 16}
 )
 
@@ -146,9 +156,9 @@ func (c wgConfig) variant() gpukernel.Variant {
 		Defines: map[string]int{"BN": c.BN, "STAGES": c.Stages, "WGS": c.WGS, "AST": c.AST}}
 }
 
-// stageBytes is one group of x for a token tile: the B operand and the
-// tile's x sums.
-func (c wgConfig) stageBytes() int { return 4*c.BN*32 + 4*c.BN }
+// stageBytes is one group of x for a token tile: four k16 steps of the B
+// operand in fp16.
+func (c wgConfig) stageBytes() int { return 4 * c.BN * 32 }
 
 // sharedBytes is the main kernel's dynamic shared memory: the x ring and
 // the weight ring (rows padded to 288 bytes, then 8 scales and 8 biases).
@@ -158,14 +168,22 @@ func (c wgConfig) sharedBytes() int {
 
 func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) }
 
-// workspaceBytes is the permuted copy of x: one stage per token tile and group.
+// workspaceBytes is the permuted copy of x, one stage per token tile and
+// group, then one float scale (sigma) per token of the padded tiles.
 func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
-	return int64(c.tiles(req)) * int64(req.InFeatures/64) * int64(c.stageBytes())
+	tiles := int64(c.tiles(req))
+	return tiles*int64(req.InFeatures/64)*int64(c.stageBytes()) + tiles*int64(c.BN)*4
 }
 
-// launches are the prep kernel's (x into the workspace) and the main
-// kernel's, in that order.
-func (c wgConfig) launches(req sdk.Request) (prep, main gpukernel.Launch) {
+// wgLaunches are the three launches of one call, in stream order.
+type wgLaunches struct {
+	scale gpukernel.Launch // each token's power-of-two scale into the workspace
+	prep  gpukernel.Launch // x / scale in fp16, in the B layout, into the workspace
+	main  gpukernel.Launch // the product
+}
+
+// launches are the scale, prep and main kernels' launches for req.
+func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	tiles, rowBlocks := c.tiles(req), ceilDiv(req.OutFeatures, 64*c.WGS)
 	bias := gpukernel.NullPointer
 	if req.Bias {
@@ -173,17 +191,22 @@ func (c wgConfig) launches(req sdk.Request) (prep, main gpukernel.Launch) {
 	}
 	ws := sdk.BufferParam(sdk.BufferWorkspace)
 	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
-	prep = gpukernel.Launch{
+	var l wgLaunches
+	l.scale = gpukernel.Launch{
+		Grid: [3]uint32{uint32(req.Tokens), 1, 1}, Block: [3]uint32{wgScaleThreads, 1, 1},
+		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
+	}
+	l.prep = gpukernel.Launch{
 		Grid: [3]uint32{uint32(tiles), uint32(req.InFeatures / 64), 1}, Block: [3]uint32{uint32(c.BN), 1, 1},
 		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
 	}
-	main = gpukernel.Launch{
+	l.main = gpukernel.Launch{
 		Grid: [3]uint32{uint32(rowBlocks * tiles), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
 		SharedBytes: uint32(c.sharedBytes()),
 		Params: []sdk.Param{ws, sdk.BufferParam(affine.Weight), sdk.BufferParam(affine.Scales), sdk.BufferParam(affine.Biases),
 			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band))},
 	}
-	return prep, main
+	return l
 }
 
 // describe names the variant for logs and admission reasons.

@@ -81,15 +81,21 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 	return int32(binary.LittleEndian.Uint32(p.Scalar))
 }
 
-// The two launches cover every row block and token tile, bind the
+// The three launches cover every token, row block and token tile, bind the
 // workspace where the kernels read and write it, and fit an H100/H200.
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136)} {
 		req.Bias = req.Tokens == 129
 		c := chooseWG(req, 132)
-		prep, main := c.launches(req)
+		l := c.launches(req)
+		scale, prep, main := l.scale, l.prep, l.main
 		tiles := (req.Tokens + c.BN - 1) / c.BN
 		rowBlocks := (req.OutFeatures + 64*c.WGS - 1) / (64 * c.WGS)
+
+		assert.Equal(t, [3]uint32{uint32(req.Tokens), 1, 1}, scale.Grid, "one scale block per token")
+		require.Len(t, scale.Params, 4)
+		assert.Equal(t, affine.X, scale.Params[0].Buffer)
+		assert.Equal(t, sdk.BufferWorkspace, scale.Params[1].Buffer)
 
 		assert.Equal(t, [3]uint32{uint32(tiles), uint32(req.InFeatures / 64), 1}, prep.Grid, req.Key())
 		assert.GreaterOrEqual(t, int(prep.Grid[0]*prep.Block[0]), req.Tokens, "prep covers every token")
@@ -99,7 +105,8 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 
 		assert.Equal(t, uint32(rowBlocks*tiles), main.Grid[0], req.Key())
 		assert.Equal(t, uint32(128*c.WGS+128), main.Block[0])
-		assert.LessOrEqual(t, int(main.SharedBytes)+8*2*(c.Stages+c.AST), 232448, "fits the opt-in shared memory")
+		static := 8*2*(c.Stages+c.AST) + 4*c.BN + 2*64*c.WGS // barriers, token scales, bias
+		assert.LessOrEqual(t, int(main.SharedBytes)+static, 232448, "fits the opt-in shared memory")
 		require.Len(t, main.Params, 10)
 		assert.Equal(t, sdk.BufferWorkspace, main.Params[0].Buffer)
 		assert.Equal(t, affine.Y, main.Params[5].Buffer)
@@ -116,16 +123,16 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 
 // The sizes the host allocates and reserves are the kernel's own:
 // STAGE_BYTES and SMEM_BYTES of wg.cu for both variants, and the workspace
-// of one stage per token tile and group (4096x14336 at 4096 tokens: 32
-// tiles of 128, 64 groups).
+// of one stage per token tile and group then a float per padded token
+// (4096x14336 at 4096 tokens: 32 tiles of 128, 64 groups).
 func TestWGMMASizesMatchTheKernel(t *testing.T) {
-	assert.Equal(t, 16896, wgWide.stageBytes())   // 4*128*32 + 128*4
-	assert.Equal(t, 183296, wgWide.sharedBytes()) // 6*16896 + 2*128*(256+32+32)
-	assert.Equal(t, 8448, wgNarrow.stageBytes())
-	assert.Equal(t, 173568, wgNarrow.sharedBytes()) // 6*8448 + 3*128*320
+	assert.Equal(t, 16384, wgWide.stageBytes())   // 4*128*32
+	assert.Equal(t, 221184, wgWide.sharedBytes()) // 6*16384 + 3*128*(256+32+32)
+	assert.Equal(t, 8192, wgNarrow.stageBytes())
+	assert.Equal(t, 172032, wgNarrow.sharedBytes()) // 6*8192 + 3*128*320
 	req := int4Request(4096, 4096, 14336)
-	assert.Equal(t, int64(32*64*16896), chooseWG(req, 132).workspaceBytes(req))
-	_, main := chooseWG(req, 132).launches(req)
+	assert.Equal(t, int64(32*64*16384+4096*4), chooseWG(req, 132).workspaceBytes(req))
+	main := chooseWG(req, 132).launches(req).main
 	assert.Equal(t, uint32(112*32), main.Grid[0], "112 row blocks of 128 times 32 token tiles")
 }
 
@@ -139,7 +146,7 @@ func TestWGMMAVariantsCompile(t *testing.T) {
 			return plugintest.Choice{}
 		}
 		c := chooseWG(req, sms)
-		_, main := c.launches(req)
+		main := c.launches(req).main
 		return plugintest.Choice{OK: true, Source: &wgSource, Variant: c.variant(), Grid: main.Grid, Block: main.Block, SharedBytes: main.SharedBytes}
 	})
 }

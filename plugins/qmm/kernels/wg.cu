@@ -4,18 +4,31 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
-// Two entry points, launched in this order on one stream:
-//   affine_wg_prep(x, xp, tokens, in_features)
+// Three entry points, launched in this order on one stream:
+//   affine_wg_scale(x, ws, tokens, in_features)
+//     grid (tokens), block 128. Writes each token's power-of-two scale
+//     sigma (1 unless max|x| >= 2^15, then max|x| / sigma < 2^15), so that
+//     x / sigma fits fp16 with every normal bf16 value exact.
+//   affine_wg_prep(x, ws, tokens, in_features)
 //     grid (ceil(tokens/BN), in/64), block BN: one thread per (token, group).
-//     Writes one STAGE_BYTES block per (token tile, group): x in the
-//     B-operand layout below (permuted to match the A unpacking), then the
-//     BN per-token sums of the group's x in fp32. Tokens past the end are 0.
-//   affine_wg(xp, weight, scales, biases, bias, y, tokens, in, out, band)
+//     Writes one STAGE_BYTES block per (token tile, group): x / sigma in
+//     fp16, in the B-operand layout below (permuted to match the A
+//     unpacking). Tokens past the end are 0.
+//   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band)
 //     grid (ceil(out/ROWS) * ceil(tokens/BN)), block THREADS, dynamic shared
 //     memory SMEM_BYTES; blocks are rastered in bands of `band` row blocks.
-// Workspace: xp = ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes.
+// Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
+// then ceil(tokens/BN) * BN floats of sigma.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
 // groups, so at least two groups) and band >= 1.
+//
+// NUMERICS
+//   Weights are dequantised to fp16 in registers, s*q + b with one rounding
+//   (q is exact, then one fma.rn.f16x2): a relative error of at most 2^-11
+//   per weight, 8x below bf16's. x / sigma is exact in fp16 down to 2^-14
+//   (smaller values keep an absolute error under 2^-25). Products and sums
+//   are fp32 in the tensor cores. Weights with |s*q + b| >= 65504 overflow
+//   fp16; quantised model weights are many orders of magnitude smaller.
 //
 // METHOD
 //   Warp specialised, no block barrier in the main loop. The last
@@ -29,20 +42,16 @@
 //   mbarrier. WGS consumer warpgroups each own 64 rows and share the x tile.
 //   A (weights) comes from registers: each warp owns 16 rows with the
 //   mma.m16n8k16 A fragment; a lane's quad position tig owns a 16-value run
-//   of each group and unpacks it exactly as stream.cu does:
-//   lop3(w >> 4j, 0x000F000F, 0x43004300) = bf16 pair (128+v_j, 128+v_j+4).
-//   The next group's words and scales are read from shared memory while
-//   this group's wgmmas run.
+//   of each group, whose nibble pairs (j, j+4) of a word become fp16 pairs
+//   by lop3 with 0x6400 (1024 + q, or 1024 + 16q for the odd nibbles, which
+//   saves the shifts) and one exact fma to q.
 //   B (x) is in shared memory without swizzle, as 8x8 core matrices (8
 //   tokens x 8 k, 16 bytes per token): LBO (next 8 k) = 128 B, SBO (next 8
-//   tokens) = 256 B; one k16 step of BN tokens is BN*32 bytes. Per group,
-//   four wgmma m64nBNk16 accumulate into a group accumulator t; after
-//   wgmma.wait_group 0 it is folded exactly as acc += s*t + (b - 128*s)*xsum.
-//   While one warpgroup folds, the other's wgmmas keep the tensor cores busy.
-//
-// COST (H200, bench/NOTES.md): the consumers are issue bound; the fold's
-// two FFMA per accumulator per group are about half of the loop's
-// instructions.
+//   tokens) = 256 B; one k16 step of BN tokens is BN*32 bytes.
+//   Per group, four wgmma m64nBNk16 accumulate straight into the block's
+//   accumulators and stay in flight while the next group is dequantised
+//   into the other of two fragment sets; wgmma.wait_group 1 then frees the
+//   previous group's x slot and fragments.
 //
 // MACROS: BN (64 or 128 tokens per CTA), STAGES (>= 2 x slots), WGS (1..3
 // consumer warpgroups, 64 rows each), AST (weight slots of AG = 8 groups).
@@ -78,7 +87,7 @@ typedef unsigned long long u64;
 #define GROUP 64
 #define STEP_BYTES (BN * 32)                 // one k16 step of B
 #define XT_BYTES (4 * STEP_BYTES)            // one group of B
-#define STAGE_BYTES (XT_BYTES + BN * 4)      // B plus the group's x sums
+#define STAGE_BYTES XT_BYTES                 // one group of x per stage
 #define NACC (BN / 2)                        // fp32 accumulators per thread
 #define ROWS (64 * WGS)                      // weight rows per CTA
 #define AG 8                                 // groups per weight stage
@@ -87,6 +96,11 @@ typedef unsigned long long u64;
 #define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * AG))
 #define SMEM_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
+#define SCALE_THREADS 128                    // affine_wg_scale's block
+#define OTILE_LD (ROWS + 8)                  // output tile row (bf16), padded against bank conflicts
+#if BN * OTILE_LD * 2 > STAGES * STAGE_BYTES
+#error "the output tile must fit in the x ring"
+#endif
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS_RAW ((65536 - 128 * PRODUCER_REGS) / (128 * WGS) / 8 * 8)
 #define CONSUMER_REGS (CONSUMER_REGS_RAW > 240 ? 240 : CONSUMER_REGS_RAW)
@@ -95,26 +109,64 @@ typedef unsigned long long u64;
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
 
 KC_DEV float kc_bf16(u32 h) { return __uint_as_float(h << 16); }
-KC_DEV u32 kc_prmt(u32 a, u32 b, u32 sel) {
+// Nibbles under mask (0x000F000F or 0x00F000F0) of w as an fp16 pair:
+// 1024 + q, or 1024 + 16q.
+KC_DEV u32 kc_nib16(u32 w, u32 mask) {
     u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    asm("lop3.b32 %0, %1, %2, 0x64006400, 0xEA;" : "=r"(d) : "r"(w), "r"(mask));
     return d;
 }
-KC_DEV u32 kc_nib(u32 w, int j) {
+KC_DEV u32 kc_hfma2(u32 a, u32 b, u32 c) {
     u32 d;
-    const u32 v = w >> (4 * j);
-    asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(d) : "r"(v));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
+}
+// (hi, lo) as an fp16 pair, hi in the upper half.
+KC_DEV u32 kc_f16x2(float hi, float lo) {
+    u32 d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+// The sigma array of the workspace, after the stages.
+KC_DEV long long kc_sigma_offset(int tokens, int in_features) {
+    return (long long)((tokens + BN - 1) / BN) * (in_features / GROUP) * STAGE_BYTES;
+}
+
+// ---------------------------------------------------------------------------
+// Scale: sigma[t] = 1, or 2^(e - 14) when max|x[t]| = 2^e * m >= 2^15.
+extern "C" __global__ void __launch_bounds__(SCALE_THREADS)
+affine_wg_scale(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features)
+{
+    __shared__ u32 part[SCALE_THREADS / 32];
+    const int tok = blockIdx.x;
+    const kc_u4* row = reinterpret_cast<const kc_u4*>(x + (long long)tok * in_features);
+    u32 m = 0;   // max of |x| as bf16 bits, two at a time (monotonic for non-NaN)
+    for (int i = threadIdx.x; i < in_features / 8; i += SCALE_THREADS) {
+        const kc_u4 v = row[i];
+        m = max(m, max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16);
+        m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
+    }
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int w = 1; w < SCALE_THREADS / 32; ++w) m = max(m, part[w]);
+        const int e = (int)(m >> 7) - 127;   // exponent of max|x|
+        const int k = e >= 15 ? min(e - 14, 127) : 0;
+        float* sigma = reinterpret_cast<float*>(ws + kc_sigma_offset(tokens, in_features));
+        sigma[tok] = __int_as_float((127 + k) << 23);
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Prep: x [tokens][in] -> per (tile, group) block:
-//   [step 0..3][nb][kb 0..1][r 0..7][8] bf16, then float xsum[BN].
+//   [step 0..3][nb][kb 0..1][r 0..7][8] fp16 of x / sigma.
 // Step s, slot k (0..15) holds x[grp*64 + a], a = 16*((k&7)>>1) + 8*(s>>1)
 // + 2*(s&1) + (k>>3) + 4*(k&1): the value the A pair of lane tig = (k&7)>>1
-// puts in that slot (see stream.cu).
+// puts in that slot.
 extern "C" __global__ void __launch_bounds__(BN)
-affine_wg_prep(const u16* __restrict__ x, unsigned char* __restrict__ xp, int tokens, int in_features)
+affine_wg_prep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features)
 {
     const int n = threadIdx.x;
     const int tile = blockIdx.x;
@@ -122,6 +174,7 @@ affine_wg_prep(const u16* __restrict__ x, unsigned char* __restrict__ xp, int to
     const int groups = in_features / GROUP;
     const int tok = tile * BN + n;
     u32 w[32];
+    float inv = 0.f;
     if (tok < tokens) {
         const kc_u4* src = reinterpret_cast<const kc_u4*>(x + (long long)tok * in_features + grp * GROUP);
 #pragma unroll
@@ -129,16 +182,14 @@ affine_wg_prep(const u16* __restrict__ x, unsigned char* __restrict__ xp, int to
             const kc_u4 v = src[i];
             w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
         }
+        const float sg = reinterpret_cast<const float*>(ws + kc_sigma_offset(tokens, in_features))[tok];
+        inv = __int_as_float((254 << 23) - __float_as_int(sg));   // 1 / sigma, exact
     } else {
 #pragma unroll
         for (int i = 0; i < 32; ++i) w[i] = 0u;
     }
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) s += __uint_as_float(w[i] << 16) + __uint_as_float(w[i] & 0xFFFF0000u);
 
-    unsigned char* base = xp + ((long long)tile * groups + grp) * STAGE_BYTES;
-    reinterpret_cast<float*>(base + XT_BYTES)[n] = s;
+    unsigned char* base = ws + ((long long)tile * groups + grp) * STAGE_BYTES;
     const int nb = n >> 3, r = n & 7;
 #pragma unroll
     for (int st = 0; st < 4; ++st) {
@@ -149,8 +200,9 @@ affine_wg_prep(const u16* __restrict__ x, unsigned char* __restrict__ xp, int to
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
             const u32 p = w[(b + 16 * t) / 2], q = w[(b + 16 * t + 4) / 2];
-            lo[t] = kc_prmt(p, q, 0x5410);   // (x[a], x[a+4])        slots 2t, 2t+1
-            hi[t] = kc_prmt(p, q, 0x7632);   // (x[a+1], x[a+5])      slots 8+2t, 8+2t+1
+            // (x[a], x[a+4]) for slots 2t, 2t+1; (x[a+1], x[a+5]) for 8+2t, 8+2t+1
+            lo[t] = kc_f16x2(__uint_as_float(q << 16) * inv, __uint_as_float(p << 16) * inv);
+            hi[t] = kc_f16x2(__uint_as_float(q & 0xFFFF0000u) * inv, __uint_as_float(p & 0xFFFF0000u) * inv);
         }
         unsigned char* dst = base + st * STEP_BYTES + nb * 256 + r * 16;
         *reinterpret_cast<kc_u4*>(dst) = kc_u4{lo[0], lo[1], lo[2], lo[3]};
@@ -194,6 +246,9 @@ KC_DEV void kc_cp_arrive(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(bar) : "memory");
 }
 
+// Barrier 1 among the consumer warpgroups only (the producer has left).
+KC_DEV void kc_consumer_sync() { asm volatile("bar.sync 1, %0;" :: "n"(WGS * 128) : "memory"); }
+
 // Shared-memory matrix descriptor: no swizzle, LBO 128 B (k), SBO 256 B (n).
 KC_DEV u64 kc_desc(u32 saddr) {
     return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)(128 >> 4) << 16) | ((u64)(256 >> 4) << 32);
@@ -219,7 +274,6 @@ template <int N> KC_DEV void kc_wg_wait() { asm volatile("wgmma.wait_group.sync.
     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
 #define KC_WG_A "{%64,%65,%66,%67}"
 #define KC_WG_REST "%68, p, 1, 1, 0;"
-#define KC_WG_P "%69"
 #define KC_WG_SHAPE "m64n128k16"
 #define KC_ACC_OUT(d) \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
@@ -235,7 +289,6 @@ template <int N> KC_DEV void kc_wg_wait() { asm volatile("wgmma.wait_group.sync.
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
 #define KC_WG_A "{%32,%33,%34,%35}"
 #define KC_WG_REST "%36, p, 1, 1, 0;"
-#define KC_WG_P "%37"
 #define KC_WG_SHAPE "m64n64k16"
 #define KC_ACC_OUT(d) \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
@@ -244,13 +297,13 @@ template <int N> KC_DEV void kc_wg_wait() { asm volatile("wgmma.wait_group.sync.
     "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #endif
 
-// d (+)= A(regs) * B(desc); accumulate unless first.
-KC_DEV void kc_wgmma(float (&d)[NACC], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc, int accumulate) {
+// d += A(regs) * B(desc).
+KC_DEV void kc_wgmma(float (&d)[NACC], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, " KC_WG_P ", 0;\n"
-        "wgmma.mma_async.sync.aligned." KC_WG_SHAPE ".f32.bf16.bf16 " KC_WG_ACC_LIST ", " KC_WG_A ", " KC_WG_REST "\n}\n"
+        "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+        "wgmma.mma_async.sync.aligned." KC_WG_SHAPE ".f32.f16.f16 " KC_WG_ACC_LIST ", " KC_WG_A ", " KC_WG_REST "\n}\n"
         : KC_ACC_OUT(d)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(accumulate));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -261,6 +314,8 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     extern __shared__ __align__(128) unsigned char smem[];
     // full[STAGES], empty[STAGES] for x; afull[AST], aempty[AST] for weights
     __shared__ __align__(8) u64 bars[2 * STAGES + 2 * AST];
+    __shared__ __align__(16) float ssigma[BN];   // the tile's token scales
+    __shared__ u16 sbias[ROWS];                  // the block's output bias (0 without)
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
     const int groups = in_features / GROUP;
@@ -361,7 +416,6 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int wg = warp >> 2, wi = warp & 3;
     const int g8 = lane >> 2, tig = lane & 3;
     const int rl0 = 64 * wg + 16 * wi + g8;          // local rows rl0 and rl0 + 8
-    const int rbase = row0 + rl0;
     const unsigned char* abuf = smem + STAGES * STAGE_BYTES;
     // This lane's words of group c for rows rl0 (.x .y) and rl0 + 8 (.z .w).
     auto words = [&](int c) {
@@ -378,92 +432,113 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         return uint4{p[0], p[row8], p[arr], p[arr + row8]};
     };
 
-    float acc[NACC], ga[NACC];
+    float acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
 
-    // Fold group accumulator t (finished) with its rows' scales and the x
-    // sums in slot.
-    auto fold = [&](const float (&t)[NACC], const uint4 sc, int slot) {
-        const float s0 = kc_bf16(sc.x), s1 = kc_bf16(sc.y);
-        const float c0 = fmaf(-128.f, s0, kc_bf16(sc.z)), c1 = fmaf(-128.f, s1, kc_bf16(sc.w));
-        const float* xs = reinterpret_cast<const float*>(smem + slot * STAGE_BYTES + XT_BYTES);
+    // Group c's A fragments as fp16 weights s*q + b (one rounding): pair j
+    // of word w holds nibbles (j, j+4); odd j are read as 1024 + 16q.
+    auto dequant = [&](u32 (&fa)[16], const uint4 cw, const uint4 sc) {
+        const u32 s0 = kc_f16x2(kc_bf16(sc.x), kc_bf16(sc.x)), s1 = kc_f16x2(kc_bf16(sc.y), kc_bf16(sc.y));
+        const u32 b0 = kc_f16x2(kc_bf16(sc.z), kc_bf16(sc.z)), b1 = kc_f16x2(kc_bf16(sc.w), kc_bf16(sc.w));
+        const u32 one = 0x3C003C00u, m1024 = 0xE400E400u, sixteenth = 0x2C002C00u, m64 = 0xD400D400u;
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const float2 v = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * tig);
-            acc[4 * j + 0] = fmaf(s0, t[4 * j + 0], fmaf(c0, v.x, acc[4 * j + 0]));
-            acc[4 * j + 1] = fmaf(s0, t[4 * j + 1], fmaf(c0, v.y, acc[4 * j + 1]));
-            acc[4 * j + 2] = fmaf(s1, t[4 * j + 2], fmaf(c1, v.x, acc[4 * j + 2]));
-            acc[4 * j + 3] = fmaf(s1, t[4 * j + 3], fmaf(c1, v.y, acc[4 * j + 3]));
+        for (int h = 0; h < 2; ++h) {   // words .x/.z (k16 steps 0, 1), then .y/.w (steps 2, 3)
+            const u32 wr[2] = {h ? cw.y : cw.x, h ? cw.w : cw.z};
+            const u32 sr[2] = {s0, s1}, br[2] = {b0, b1};
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const u32 w8 = wr[r] >> 8;
+                const u32 q0 = kc_hfma2(kc_nib16(wr[r], 0x000F000Fu), one, m1024);
+                const u32 q1 = kc_hfma2(kc_nib16(wr[r], 0x00F000F0u), sixteenth, m64);
+                const u32 q2 = kc_hfma2(kc_nib16(w8, 0x000F000Fu), one, m1024);
+                const u32 q3 = kc_hfma2(kc_nib16(w8, 0x00F000F0u), sixteenth, m64);
+                // step 2h takes pairs j = 0, 1; step 2h + 1 pairs j = 2, 3
+                fa[8 * h + r] = kc_hfma2(q0, sr[r], br[r]);
+                fa[8 * h + 2 + r] = kc_hfma2(q1, sr[r], br[r]);
+                fa[8 * h + 4 + r] = kc_hfma2(q2, sr[r], br[r]);
+                fa[8 * h + 6 + r] = kc_hfma2(q3, sr[r], br[r]);
+            }
         }
     };
 
-    kc_bar_wait(afull0, 0);
-    uint4 next = words(0), next_sc = scaling(0);
-    int slot = 0;
-    u32 phase = 0;   // of the x slot's "full" barrier
-    for (int grp = 0; grp < groups; ++grp) {
-        const uint4 cw = next, sc = next_sc;
-        // Unpack all four k16 fragments before wgmma.fence: registers written
-        // after the fence and read by a wgmma would have ptxas serialise it.
-        u32 fa[16];
-#pragma unroll
-        for (int st = 0; st < 4; ++st) {
-            const u32 wr0 = (st < 2) ? cw.x : cw.y, wr1 = (st < 2) ? cw.z : cw.w;
-            const int j = 2 * (st & 1);
-            fa[4 * st + 0] = kc_nib(wr0, j);
-            fa[4 * st + 1] = kc_nib(wr1, j);
-            fa[4 * st + 2] = kc_nib(wr0, j + 1);
-            fa[4 * st + 3] = kc_nib(wr1, j + 1);
-        }
-        kc_bar_wait(full0 + 8 * slot, phase);
+    // One group: its wgmmas (fragments cur, x slot of grp) go in flight;
+    // then the previous group's are waited for, which frees its x slot and
+    // the other fragment set, into which the next group is dequantised.
+    auto step = [&](u32 (&cur)[16], u32 (&nxt)[16], int grp) {
+        const int slot = grp % STAGES;
+        kc_bar_wait(full0 + 8 * slot, (grp / STAGES) & 1);
         const u32 bstep = sbase + slot * STAGE_BYTES;
-        kc_fence_words(fa);
-        kc_fence_operands(ga);
+        kc_fence_words(cur);
+        kc_fence_operands(acc);
         KC_WG_FENCE();
 #pragma unroll
         for (int st = 0; st < 4; ++st)
-            kc_wgmma(ga, fa[4 * st], fa[4 * st + 1], fa[4 * st + 2], fa[4 * st + 3],
-                     kc_desc(bstep + st * STEP_BYTES), st);
+            kc_wgmma(acc, cur[4 * st], cur[4 * st + 1], cur[4 * st + 2], cur[4 * st + 3],
+                     kc_desc(bstep + st * STEP_BYTES));
         KC_WG_COMMIT();
-        // While the wgmmas run: the next group's words and scales, and the
-        // weight stage released once its last group is in registers.
+        kc_fence_operands(acc);
+        kc_wg_wait<1>();
+        kc_fence_operands(acc);
+        if (grp > 0) {
+            __syncwarp();
+            if (lane == 0) kc_bar_arrive(empty0 + 8 * ((grp - 1) % STAGES));
+        }
         if (grp + 1 < groups) {
             const int h = (grp + 1) / AG;
             if ((grp + 1) % AG == 0) kc_bar_wait(afull0 + 8 * (h % AST), (h / AST) & 1);
-            next = words(grp + 1);
-            next_sc = scaling(grp + 1);
+            const uint4 cw = words(grp + 1), sc = scaling(grp + 1);
+            if (grp % AG == AG - 1) {   // the stage holding grp is read in full
+                __syncwarp();
+                if (lane == 0) kc_bar_arrive(aempty0 + 8 * ((grp / AG) % AST));
+            }
+            dequant(nxt, cw, sc);
         }
-        if (grp % AG == AG - 1 || grp == groups - 1) {
-            __syncwarp();
-            if (lane == 0) kc_bar_arrive(aempty0 + 8 * ((grp / AG) % AST));
-        }
-        kc_wg_wait<0>();
-        kc_fence_operands(ga);
-        fold(ga, sc, slot);
-        __syncwarp();
-        if (lane == 0) kc_bar_arrive(empty0 + 8 * slot);
-        if (++slot == STAGES) {
-            slot = 0;
-            phase ^= 1u;
-        }
-    }
+    };
 
-    // Store: element 4j+e is row rbase (e < 2) or rbase + 8, token
-    // tile*BN + 8j + 2tig + (e&1).
-    const int rows[2] = {rbase, rbase + 8};
+    // Two fragment sets, alternated by unrolling the group loop twice.
+    u32 fa0[16], fa1[16];
+    // The epilogue's token scales and bias, loaded while the rings fill
+    // (read after the epilogue's first consumer barrier).
+    const float* sigma = reinterpret_cast<const float*>(xp + kc_sigma_offset(tokens, in_features));
+    for (int i = tid; i < BN; i += WGS * 128) ssigma[i] = tile * BN + i < tokens ? sigma[tile * BN + i] : 0.f;
+    for (int i = tid; i < ROWS; i += WGS * 128) sbias[i] = bias != nullptr ? bias[min(row0 + i, out_features - 1)] : (u16)0;
+
+    kc_bar_wait(afull0, 0);
+    dequant(fa0, words(0), scaling(0));
+    int grp = 0;
+    for (; grp + 1 < groups; grp += 2) {
+        step(fa0, fa1, grp);
+        step(fa1, fa0, grp + 1);
+    }
+    if (grp < groups) step(fa0, fa1, grp);
+    kc_wg_wait<0>();
+    kc_fence_operands(acc);
+
+    // Epilogue, once every consumer is done with the x ring: the tile as
+    // bf16 of acc * sigma + bias into shared memory (element 4j+e is local
+    // row rl0 (e < 2) or rl0 + 8, local token 8j + 2tig + (e&1)), then
+    // coalesced 16-byte stores of 8 rows each.
+    kc_consumer_sync();
+    u16* otile = reinterpret_cast<u16*>(smem);
+    const float b0 = kc_bf16(sbias[rl0]), b1 = kc_bf16(sbias[rl0 + 8]);
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
+    for (int j = 0; j < BN / 8; ++j) {
+        const float2 sg = *reinterpret_cast<const float2*>(ssigma + 8 * j + 2 * tig);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int row = rows[e >> 1];
-            const int tok = tile * BN + 8 * j + 2 * tig + (e & 1);
-            if (row < out_features && tok < tokens) {
-                float v = acc[4 * j + e];
-                if (bias != nullptr) v += kc_bf16(bias[row]);
-                u16 h;
-                asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-                y[(long long)tok * out_features + row] = h;
-            }
+            const float v = acc[4 * j + e] * ((e & 1) ? sg.y : sg.x) + ((e >> 1) ? b1 : b0);
+            u16 h;
+            asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+            otile[(8 * j + 2 * tig + (e & 1)) * OTILE_LD + rl0 + 8 * (e >> 1)] = h;
         }
+    }
+    kc_consumer_sync();
+    for (int c = tid; c < BN * (ROWS / 8); c += WGS * 128) {
+        const int tl = c / (ROWS / 8), rc = c % (ROWS / 8);
+        const int tok = tile * BN + tl, row = row0 + 8 * rc;
+        if (tok < tokens && row < out_features)
+            *reinterpret_cast<kc_u4*>(y + (long long)tok * out_features + row) =
+                *reinterpret_cast<const kc_u4*>(otile + tl * OTILE_LD + 8 * rc);
+    }
 }
