@@ -866,20 +866,27 @@ def sweep_configs(bits, group, t, in_f, out_f):
 # The Hopper wgmma kernel (plugins/qmm/kernels/wg.cu, candidate qmm/wgmma), int4 group 64.
 # -----------------------------------------------------------------------------
 
-def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16) -> dict:
-    """A variant of wg.cu; the defaults are plugins/qmm/wgmma.go's wgWide."""
-    return dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _arch="sm_90a")
+def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16, fsets: int = 0) -> dict:
+    """A variant of wg.cu; the defaults are plugins/qmm/wgmma.go's wgMid
+    (fsets 0 keeps the kernel's FSETS)."""
+    cfg = dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _arch="sm_90a")
+    if fsets:
+        cfg["FSETS"] = fsets
+    return cfg
 
 
 def wg_choose(tokens: int, out_f: int, sms: int | None = None) -> dict:
-    """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go): 64-token
-    tiles when the tokens fit one or 128-token tiles would give at most one
-    block per two SMs, else 128-token tiles."""
+    """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go):
+    256-token tiles when they give at least 3 blocks per 4 SMs, else
+    128-token tiles when those give more than one block per two SMs, else
+    64-token tiles."""
     sms = sms or SMS
-    blocks = -(-out_f // 128) * -(-tokens // 128)
-    if tokens <= 64 or 2 * blocks <= sms:
-        return wg_config(64, 6, 2, 3, 16)
-    return wg_config(128, 6, 2, 3, 16)
+    blocks = lambda bn: -(-out_f // 128) * -(-tokens // bn)
+    if tokens > 128 and 4 * blocks(256) >= 3 * sms:
+        return wg_config(256, 3, 2, 3, 16, 2)
+    if tokens > 64 and 2 * blocks(128) > sms:
+        return wg_config(128, 6, 2, 3, 16, 3)
+    return wg_config(64, 6, 2, 3, 16, 3)
 
 
 def wg_stage_bytes(cfg: dict) -> int:
@@ -941,7 +948,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 
 WG_TOKENS = (256, 4096)
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
-WG_CONFIGS = [wg_config(), wg_config(64, 6, 2, 3, 16), wg_config(128, 6, 2, 2, 16)]
+WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
 
 
 def run_wg(quick: bool, bench: bool = True):
@@ -966,9 +973,12 @@ def run_wg(quick: bool, bench: bool = True):
             print("# wg", {k: v for k, v in m["cfg"].items() if not k.startswith("_")}, "ptxas:", regs or ptxas_summary(log),
                   "spills" if re.search(r"[1-9]\d* bytes spill", log) else "",
                   "SERIALISED" if "C7514" in log else "", flush=True)
+            entry = ""
             for line in log.splitlines():
-                if "Performance" in line or "serializ" in line:
-                    print("#   ", line.strip()[:300], flush=True)
+                if "Compiling entry function" in line:
+                    entry = line.split("'")[1] if "'" in line else line
+                if "Performance" in line or "serializ" in line or re.search(r"[1-9]\d* bytes spill", line):
+                    print("#   ", entry, line.strip()[:300], flush=True)
     # big: odd tokens' x scaled by 2^17, beyond fp16, so the kernel's
     # per-token power-of-two scaling (affine_wg_scale) is what keeps it exact.
     for ci, (in_f, out_f, t, bias, big) in enumerate([(1024, 1032, 37, True, False), (4096, 4096, 128, False, False),
@@ -1026,7 +1036,7 @@ def run_wg(quick: bool, bench: bool = True):
                     keep.append(ws)
                     fns.append(run)
                 ts = time_launches(fns)
-                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']}"
+                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')}"
                       f"{ts * 1e6:9.1f} {anchor / ts:7.2f}  {2 * t * in_f * out_f / ts / 1e12:6.0f} TFLOP/s"
                       f" (torch {2 * t * in_f * out_f / anchor / 1e12:4.0f})", flush=True)
         del qcopies, dense, wt
@@ -1056,7 +1066,7 @@ def main():
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
-    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND,... (default WG_CONFIGS)")
+    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS],... (default WG_CONFIGS)")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     args = ap.parse_args()
@@ -1092,7 +1102,7 @@ def main():
     if args.only in (None, "correctness"):
         ok = run_correctness(args.quick)
         if (not KERNELS or "wg" in KERNELS) and torch.cuda.get_device_capability(0) == (9, 0):
-            WG_CONFIGS = [wg_choose(4096, 4096), wg_choose(64, 4096)]   # the variants the plugin runs
+            WG_CONFIGS = [wg_choose(4096, 4096), wg_choose(256, 8192), wg_choose(64, 4096)]   # the variants the plugin runs
             ok = run_wg(args.quick, bench=False) and ok
     if args.only in (None, "bench"):
         run_bench(args.quick, args.sweep)

@@ -127,33 +127,42 @@ type wgConfig struct {
 	Stages int // x ring slots (one group each)
 	WGS    int // consumer warpgroups, 64 weight rows each
 	AST    int // weight ring slots (8 groups each)
+	FSets  int // A fragment sets: groups in flight while the next is dequantised
 	Band   int // row blocks per raster band
 }
 
-// The two variants QMM's Hopper candidate runs: 128-token tiles, and
-// 64-token ones for grids that would leave multiprocessors idle.
+// The three variants QMM's Hopper candidate runs: 256-token tiles (the
+// most work per dequantised weight), and 128- and 64-token ones for grids
+// that would otherwise leave multiprocessors idle. 256-token tiles hold
+// 128 accumulators per thread, which leaves registers for two fragment
+// sets only.
 var (
-	wgWide   = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 3, Band: 16}
-	wgNarrow = wgConfig{BN: 64, Stages: 6, WGS: 2, AST: 3, Band: 16}
+	wgWide   = wgConfig{BN: 256, Stages: 3, WGS: 2, AST: 3, FSets: 2, Band: 16}
+	wgMid    = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16}
+	wgNarrow = wgConfig{BN: 64, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16}
 )
 
-// chooseWG picks 64-token tiles when the tokens fit in one, or when
-// 128-token tiles would give at most one block per two multiprocessors
-// (e.g. 14336→4096 at 256 tokens: 64 blocks); else 128-token tiles. This
-// is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
-// scripts/affine_kernels.py.
+// chooseWG picks 256-token tiles when they give at least three blocks per
+// four multiprocessors (4096→14336 at 256 tokens: 112 blocks); else
+// 128-token tiles when those give more than one block per two
+// multiprocessors (28672→8192 at 256 tokens: 128); else 64-token tiles
+// (14336→4096 at 256 tokens). This is the H200 measurement in
+// bench/NOTES.md, mirrored by wg_choose in scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
-	blocks := ceilDiv(req.OutFeatures, 64*wgWide.WGS) * ceilDiv(req.Tokens, wgWide.BN)
-	if req.Tokens <= wgNarrow.BN || 2*blocks <= sms {
-		return wgNarrow
+	blocks := func(c wgConfig) int { return ceilDiv(req.OutFeatures, 64*c.WGS) * ceilDiv(req.Tokens, c.BN) }
+	switch {
+	case req.Tokens > wgMid.BN && 4*blocks(wgWide) >= 3*sms:
+		return wgWide
+	case req.Tokens > wgNarrow.BN && 2*blocks(wgMid) > sms:
+		return wgMid
 	}
-	return wgWide
+	return wgNarrow
 }
 
 // variant is the kernel variant to compile: sm_90a, entry and macros.
 func (c wgConfig) variant() gpukernel.Variant {
 	return gpukernel.Variant{Entry: wgEntry, ArchSpecific: true,
-		Defines: map[string]int{"BN": c.BN, "STAGES": c.Stages, "WGS": c.WGS, "AST": c.AST}}
+		Defines: map[string]int{"BN": c.BN, "STAGES": c.Stages, "WGS": c.WGS, "AST": c.AST, "FSETS": c.FSets}}
 }
 
 // stageBytes is one group of x for a token tile: four k16 steps of the B
@@ -211,5 +220,5 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 
 // describe names the variant for logs and admission reasons.
 func (c wgConfig) describe() string {
-	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d band=%d", c.BN, c.Stages, c.WGS, c.AST, c.Band)
+	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d", c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band)
 }

@@ -24,21 +24,26 @@ func int4Request(tokens, in, out int) sdk.Request {
 func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
 	adm := qmmWGMMA{}.Admit(int4Request(256, 4096, 14336), hopper())
 	require.True(t, adm.Admitted, adm.Reason)
-	assert.Contains(t, adm.Reason, "wgmma BN=128")
+	assert.Contains(t, adm.Reason, "wgmma BN=256")
 }
 
-// The measured rule: 64-token tiles for one-tile batches and for grids of
-// at most one block per two multiprocessors, else 128.
+// The measured rule: 256-token tiles when they fill three quarters of the
+// multiprocessors, else 128-token tiles when those give more than one
+// block per two multiprocessors, else 64.
 func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 	for _, c := range []struct {
 		tokens, in, out, bn int
 	}{
-		{64, 4096, 14336, 64},   // one narrow tile
-		{128, 4096, 14336, 128}, // 112 blocks of 128 tokens
-		{256, 14336, 4096, 64},  // 64 blocks
-		{256, 28672, 8192, 128}, // 128 blocks
-		{128, 28672, 8192, 64},  // 64 blocks
-		{1024, 4096, 4096, 128}, // 256 blocks
+		{64, 4096, 14336, 64},    // one narrow tile
+		{128, 4096, 14336, 128},  // 112 blocks of 128 tokens
+		{256, 4096, 14336, 256},  // 112 blocks of 256 tokens
+		{256, 8192, 28672, 256},  // 224 blocks of 256 tokens
+		{256, 14336, 4096, 64},   // 32 / 64 blocks
+		{256, 28672, 8192, 128},  // 64 / 128 blocks
+		{128, 28672, 8192, 64},   // 64 blocks
+		{1024, 4096, 4096, 256},  // 128 blocks of 256 tokens
+		{512, 4096, 4096, 128},   // 64 / 128 blocks
+		{4096, 14336, 4096, 256}, // 512 blocks
 	} {
 		assert.Equal(t, c.bn, chooseWG(int4Request(c.tokens, c.in, c.out), 132).BN, "%d tokens %dx%d", c.tokens, c.in, c.out)
 	}
@@ -126,14 +131,16 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 // of one stage per token tile and group then a float per padded token
 // (4096x14336 at 4096 tokens: 32 tiles of 128, 64 groups).
 func TestWGMMASizesMatchTheKernel(t *testing.T) {
-	assert.Equal(t, 16384, wgWide.stageBytes())   // 4*128*32
-	assert.Equal(t, 221184, wgWide.sharedBytes()) // 6*16384 + 3*128*(256+32+32)
+	assert.Equal(t, 32768, wgWide.stageBytes())   // 4*256*32
+	assert.Equal(t, 221184, wgWide.sharedBytes()) // 3*32768 + 3*128*(256+32+32)
+	assert.Equal(t, 16384, wgMid.stageBytes())
+	assert.Equal(t, 221184, wgMid.sharedBytes()) // 6*16384 + 3*128*320
 	assert.Equal(t, 8192, wgNarrow.stageBytes())
 	assert.Equal(t, 172032, wgNarrow.sharedBytes()) // 6*8192 + 3*128*320
 	req := int4Request(4096, 4096, 14336)
-	assert.Equal(t, int64(32*64*16384+4096*4), chooseWG(req, 132).workspaceBytes(req))
+	assert.Equal(t, int64(16*64*32768+4096*4), chooseWG(req, 132).workspaceBytes(req))
 	main := chooseWG(req, 132).launches(req).main
-	assert.Equal(t, uint32(112*32), main.Grid[0], "112 row blocks of 128 times 32 token tiles")
+	assert.Equal(t, uint32(112*16), main.Grid[0], "112 row blocks of 128 times 16 token tiles")
 }
 
 // TestWGMMAVariantsCompile compiles the Hopper variant for every GPU test

@@ -60,10 +60,12 @@ func GPURequests() []sdk.Request {
 		a(24, 2048, 8192, 4, 128, true),
 		a(29, 5120, 1032, 4, 64, false),
 		// the Hopper wgmma kernel: int4 g64, 33+ tokens, partial tiles,
-		// groups not a multiple of 8 (1152, 640), out not a multiple of 128
+		// groups not a multiple of 8 (1152, 640), out not a multiple of 128,
+		// each of its 64-, 128- and 256-token tiles
 		a(65, 1152, 1032, 4, 64, true),
 		a(129, 640, 136, 4, 64, false),
 		a(300, 2048, 520, 4, 64, true),
+		a(264, 640, 12296, 4, 64, true),
 	}
 }
 

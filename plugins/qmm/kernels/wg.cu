@@ -49,12 +49,13 @@
 //   tokens x 8 k, 16 bytes per token): LBO (next 8 k) = 128 B, SBO (next 8
 //   tokens) = 256 B; one k16 step of BN tokens is BN*32 bytes.
 //   Per group, four wgmma m64nBNk16 accumulate straight into the block's
-//   accumulators and stay in flight while the next group is dequantised
-//   into the other of two fragment sets; wgmma.wait_group 1 then frees the
-//   previous group's x slot and fragments.
+//   accumulators. The last FSETS - 1 groups' wgmmas stay in flight while
+//   the next group is dequantised into the fragment set that
+//   wgmma.wait_group FSETS - 1 has just freed, with its x slot.
 //
-// MACROS: BN (64 or 128 tokens per CTA), STAGES (>= 2 x slots), WGS (1..3
-// consumer warpgroups, 64 rows each), AST (weight slots of AG = 8 groups).
+// MACROS: BN (64, 128 or 256 tokens per CTA), STAGES (>= FSETS x slots), WGS
+// (1..3 consumer warpgroups, 64 rows each), AST (weight slots of AG = 8
+// groups), FSETS (2 or 3 A fragment sets).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -72,14 +73,23 @@ typedef unsigned long long u64;
 #ifndef WGS
 #define WGS 2
 #endif
-#if BN != 64 && BN != 128
-#error "BN must be 64 or 128 (the wgmma shapes written out below)"
+#if BN != 64 && BN != 128 && BN != 256
+#error "BN must be 64, 128 or 256 (the wgmma shapes written out below)"
 #endif
 #if WGS < 1 || WGS > 3
 #error "WGS must be 1, 2 or 3"
 #endif
 #ifndef AST
 #define AST 2   // weight stages (AG groups each) in the ring
+#endif
+#ifndef FSETS
+#define FSETS 3   // A fragment sets: groups whose wgmmas may be in flight while the next is dequantised
+#endif
+#if FSETS != 2 && FSETS != 3
+#error "FSETS must be 2 or 3"
+#endif
+#if STAGES < FSETS
+#error "STAGES must be at least FSETS: a group's x slot is released FSETS - 1 groups later"
 #endif
 #if AST < 2
 #error "AST must be at least 2: a consumer releases a weight stage only after reading the next one's first group"
@@ -268,7 +278,33 @@ template <int N> KC_DEV void kc_fence_words(u32 (&a)[N]) {
 #define KC_WG_COMMIT() asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory")
 template <int N> KC_DEV void kc_wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
 
-#if BN == 128
+#if BN == 256
+#define KC_WG_ACC_LIST \
+    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95," \
+    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}"
+#define KC_WG_A "{%128,%129,%130,%131}"
+#define KC_WG_REST "%132, p, 1, 1, 0;"
+#define KC_WG_SHAPE "m64n256k16"
+#define KC_ACC_OUT(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), \
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), \
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#elif BN == 128
 #define KC_WG_ACC_LIST \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
     "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
@@ -463,8 +499,8 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     };
 
     // One group: its wgmmas (fragments cur, x slot of grp) go in flight;
-    // then the previous group's are waited for, which frees its x slot and
-    // the other fragment set, into which the next group is dequantised.
+    // then the group FSETS - 1 back is waited for, which frees its x slot
+    // and its fragment set nxt, into which the next group is dequantised.
     auto step = [&](u32 (&cur)[16], u32 (&nxt)[16], int grp) {
         const int slot = grp % STAGES;
         kc_bar_wait(full0 + 8 * slot, (grp / STAGES) & 1);
@@ -478,11 +514,11 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                      kc_desc(bstep + st * STEP_BYTES));
         KC_WG_COMMIT();
         kc_fence_operands(acc);
-        kc_wg_wait<1>();
+        kc_wg_wait<FSETS - 1>();
         kc_fence_operands(acc);
-        if (grp > 0) {
+        if (grp >= FSETS - 1) {
             __syncwarp();
-            if (lane == 0) kc_bar_arrive(empty0 + 8 * ((grp - 1) % STAGES));
+            if (lane == 0) kc_bar_arrive(empty0 + 8 * ((grp - (FSETS - 1)) % STAGES));
         }
         if (grp + 1 < groups) {
             const int h = (grp + 1) / AG;
@@ -496,22 +532,33 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         }
     };
 
-    // Two fragment sets, alternated by unrolling the group loop twice.
-    u32 fa0[16], fa1[16];
     // The epilogue's token scales and bias, loaded while the rings fill
     // (read after the epilogue's first consumer barrier).
     const float* sigma = reinterpret_cast<const float*>(xp + kc_sigma_offset(tokens, in_features));
     for (int i = tid; i < BN; i += WGS * 128) ssigma[i] = tile * BN + i < tokens ? sigma[tile * BN + i] : 0.f;
     for (int i = tid; i < ROWS; i += WGS * 128) sbias[i] = bias != nullptr ? bias[min(row0 + i, out_features - 1)] : (u16)0;
 
+    // FSETS fragment sets, rotated by unrolling the group loop FSETS times.
+    u32 fa0[16], fa1[16];
     kc_bar_wait(afull0, 0);
     dequant(fa0, words(0), scaling(0));
     int grp = 0;
+#if FSETS == 2
     for (; grp + 1 < groups; grp += 2) {
         step(fa0, fa1, grp);
         step(fa1, fa0, grp + 1);
     }
     if (grp < groups) step(fa0, fa1, grp);
+#else
+    u32 fa2[16];
+    for (; grp + 2 < groups; grp += 3) {
+        step(fa0, fa1, grp);
+        step(fa1, fa2, grp + 1);
+        step(fa2, fa0, grp + 2);
+    }
+    if (grp < groups) step(fa0, fa1, grp);
+    if (grp + 1 < groups) step(fa1, fa2, grp + 1);
+#endif
     kc_wg_wait<0>();
     kc_fence_operands(acc);
 
