@@ -754,7 +754,7 @@ def run_bench(quick: bool, sweep: bool):
             if stream_config(bits, group, t, in_f, out_f):
                 variants.append((STREAM_CU, stream_config(bits, group, t, in_f, out_f)))
             if wg_serves(t, in_f):
-                variants.append((WG_CU, wg_choose(t, out_f)))
+                variants.append((WG_CU, wg_choose(t, out_f, in_f=in_f)))
             if sweep:
                 variants += [(p, c) for _, p, c in sweep_configs(bits, group, t, in_f, out_f)]
     if KERNELS:
@@ -782,7 +782,7 @@ def run_bench(quick: bool, sweep: bool):
             if stream_config(bits, group, t, in_f, out_f):
                 rows.append(("stream", stream_config(bits, group, t, in_f, out_f), True))
             if wg_serves(t, in_f):
-                rows.append(("wg", wg_choose(t, out_f), True))
+                rows.append(("wg", wg_choose(t, out_f, in_f=in_f), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
@@ -866,24 +866,27 @@ def sweep_configs(bits, group, t, in_f, out_f):
 # The Hopper wgmma kernel (plugins/qmm/kernels/wg.cu, candidate qmm/wgmma), int4 group 64.
 # -----------------------------------------------------------------------------
 
-def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16, fsets: int = 0) -> dict:
+def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16, fsets: int = 0,
+              splits: int = 1) -> dict:
     """A variant of wg.cu; the defaults are plugins/qmm/wgmma.go's wgMid
-    (fsets 0 keeps the kernel's FSETS)."""
-    cfg = dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _arch="sm_90a")
+    (fsets 0 keeps the kernel's FSETS; splits > 1 splits K across blocks)."""
+    cfg = dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _splits=splits, _arch="sm_90a")
     if fsets:
         cfg["FSETS"] = fsets
     return cfg
 
 
-def wg_choose(tokens: int, out_f: int, sms: int | None = None) -> dict:
+def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
     """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go):
-    256-token tiles when they give at least 3 blocks per 4 SMs, else
+    256-token tiles above 128 tokens, K split into the most of 4 or 2
+    shares that fit one wave (each at least 16 groups); up to 128 tokens,
     128-token tiles when those give more than one block per two SMs, else
     64-token tiles."""
     sms = sms or SMS
     blocks = lambda bn: -(-out_f // 128) * -(-tokens // bn)
-    if tokens > 128 and 4 * blocks(256) >= 3 * sms:
-        return wg_config(256, 3, 2, 3, 16, 2)
+    if tokens > 128:
+        splits = next((s for s in (4, 2) if blocks(256) * s <= sms and in_f // 64 >= 16 * s), 1)
+        return wg_config(256, 3, 2, 3, 16, 2, splits)
     if tokens > 64 and 2 * blocks(128) > sms:
         return wg_config(128, 6, 2, 3, 16, 3)
     return wg_config(64, 6, 2, 3, 16, 3)
@@ -893,10 +896,12 @@ def wg_stage_bytes(cfg: dict) -> int:
     return 4 * cfg["BN"] * 32
 
 
-def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int) -> int:
-    """The stages of x / sigma, then one float sigma per padded token."""
+def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int = 0) -> int:
+    """The stages of x / sigma, one float sigma per padded token, then
+    (split K) the fp32 sums."""
     tiles = -(-tokens // cfg["BN"])
-    return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4
+    sums = tokens * out_f * 4 if cfg.get("_splits", 1) > 1 else 0
+    return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4 + sums
 
 
 def wg_smem(cfg: dict) -> int:
@@ -921,7 +926,9 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     import torch
     bn, in_f, out_f = cfg["BN"], wt.in_f, wt.out_f
     tiles = -(-tokens // bn)
-    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f), dtype=torch.uint8, device="cuda")
+    splits = cfg.get("_splits", 1)
+    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f), dtype=torch.uint8, device="cuda")
+    reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 else None
     smem = wg_smem(cfg)
     scale = get_kernel(WG_CU, cfg, 0, name="affine_wg_scale")
     prep = get_kernel(WG_CU, cfg, 0, name="affine_wg_prep")
@@ -931,18 +938,23 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     biases = wt.biases if biases is None else biases
     p = lambda t: np.uint64(t.data_ptr())
     args_prep = (p(x), p(xp), np.int32(tokens), np.int32(in_f))
+    args_scale = args_prep + (np.int32(out_f), np.int32(splits))
+    bias_p = np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0)
+    args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f))
     args_main = (p(xp), p(w), p(scales), p(biases),
                  np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
-                 p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]))
+                 p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]), np.int32(splits))
     row_blocks = -(-out_f // (64 * cfg["WGS"]))
     threads = wg_threads(cfg)
 
     def run():
         import cupy
         with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            scale((tokens, 1, 1), (128, 1, 1), args_prep)
+            scale((tokens, 1, 1), (128, 1, 1), args_scale)
             prep((tiles, in_f // 64, 1), (bn, 1, 1), args_prep)
-            main((row_blocks * tiles, 1, 1), (threads, 1, 1), args_main, shared_mem=smem)
+            main((row_blocks * tiles * splits, 1, 1), (threads, 1, 1), args_main, shared_mem=smem)
+            if reduce is not None:
+                reduce((min(-(-tokens * out_f // 8 // 256), 4 * SMS), 1, 1), (256, 1, 1), args_reduce)
     return run, xp
 
 
@@ -1010,7 +1022,7 @@ def run_wg(quick: bool, bench: bool = True):
             if not ok:
                 failed.add(variant_key(WG_CU, cfg))
             print(f"{'PASS' if ok else 'FAIL'} wg {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
-                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']}{' x*2^17' if big else ''}  {detail}", flush=True)
+                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']}{' x*2^17' if big else ''}  {detail}", flush=True)
         del wt
     if not WG_TIME_ALL:
         cfgs = [c for c in cfgs if variant_key(WG_CU, c) not in failed]   # time the correct ones only
@@ -1036,7 +1048,7 @@ def run_wg(quick: bool, bench: bool = True):
                     keep.append(ws)
                     fns.append(run)
                 ts = time_launches(fns)
-                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')}"
+                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')} S={cfg['_splits']}"
                       f"{ts * 1e6:9.1f} {anchor / ts:7.2f}  {2 * t * in_f * out_f / ts / 1e12:6.0f} TFLOP/s"
                       f" (torch {2 * t * in_f * out_f / anchor / 1e12:4.0f})", flush=True)
         del qcopies, dense, wt
@@ -1066,7 +1078,7 @@ def main():
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
-    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS],... (default WG_CONFIGS)")
+    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS]],... (default WG_CONFIGS)")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     args = ap.parse_args()
@@ -1102,7 +1114,7 @@ def main():
     if args.only in (None, "correctness"):
         ok = run_correctness(args.quick)
         if (not KERNELS or "wg" in KERNELS) and torch.cuda.get_device_capability(0) == (9, 0):
-            WG_CONFIGS = [wg_choose(4096, 4096), wg_choose(256, 8192), wg_choose(64, 4096)]   # the variants the plugin runs
+            WG_CONFIGS = [wg_choose(4096, 4096), wg_choose(256, 8192, in_f=4096), wg_choose(128, 14336), wg_choose(64, 4096)]   # the variants the plugin runs
             ok = run_wg(args.quick, bench=False) and ok
     if args.only in (None, "bench"):
         run_bench(args.quick, args.sweep)

@@ -23,6 +23,11 @@ const (
 	wgEntry      = "affine_wg"
 	wgScaleEntry = "affine_wg_scale"
 	wgPrepEntry  = "affine_wg_prep"
+	// wgReduceEntry writes y from the split-K sums.
+	wgReduceEntry = "affine_wg_reduce"
+	// wgReduceThreads is affine_wg_reduce's block; wgReduceBlocks caps its
+	// grid-stride grid.
+	wgReduceThreads, wgReduceBlocks = 256, 1024
 	// wgScaleThreads is affine_wg_scale's block (SCALE_THREADS in wg.cu).
 	wgScaleThreads = 128
 	// wgMinTokens: fewer tokens are qmm/stream's range, and even a
@@ -111,6 +116,13 @@ func (qmmWGMMA) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights
 	}
 	l := cfg.launches(req)
 	steps := []gpukernel.Step{{Kernel: scale, Launch: l.scale}, {Kernel: prep, Launch: l.prep}, {Kernel: main, Launch: l.main}}
+	if l.reduce != nil {
+		reduce, err := main.Sibling(wgReduceEntry)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, gpukernel.Step{Kernel: reduce, Launch: *l.reduce})
+	}
 	p, err := affinegpu.NewPreparedSteps(req, weights, steps, cfg.workspaceBytes(req))
 	if err != nil {
 		return nil, err
@@ -129,6 +141,7 @@ type wgConfig struct {
 	AST    int // weight ring slots (8 groups each)
 	FSets  int // A fragment sets: groups in flight while the next is dequantised
 	Band   int // row blocks per raster band
+	Splits int // blocks sharing a tile along K (a launch setting, not a macro)
 }
 
 // The three variants QMM's Hopper candidate runs: 256-token tiles (the
@@ -137,22 +150,30 @@ type wgConfig struct {
 // 128 accumulators per thread, which leaves registers for two fragment
 // sets only.
 var (
-	wgWide   = wgConfig{BN: 256, Stages: 3, WGS: 2, AST: 3, FSets: 2, Band: 16}
-	wgMid    = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16}
-	wgNarrow = wgConfig{BN: 64, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16}
+	wgWide   = wgConfig{BN: 256, Stages: 3, WGS: 2, AST: 3, FSets: 2, Band: 16, Splits: 1}
+	wgMid    = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16, Splits: 1}
+	wgNarrow = wgConfig{BN: 64, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16, Splits: 1}
 )
 
-// chooseWG picks 256-token tiles when they give at least three blocks per
-// four multiprocessors (4096→14336 at 256 tokens: 112 blocks); else
-// 128-token tiles when those give more than one block per two
-// multiprocessors (28672→8192 at 256 tokens: 128); else 64-token tiles
-// (14336→4096 at 256 tokens). This is the H200 measurement in
-// bench/NOTES.md, mirrored by wg_choose in scripts/affine_kernels.py.
+// chooseWG picks 256-token tiles above 128 tokens, split along K into the
+// most of 2 or 4 shares that still fit one wave, each share at least two
+// weight stages (14336→4096 at 256 tokens: 32 blocks × 4; 4096→14336: 112
+// blocks, unsplit). Up to 128 tokens it picks 128-token tiles when those
+// give more than one block per two multiprocessors, else 64-token tiles.
+// This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
+// scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	blocks := func(c wgConfig) int { return ceilDiv(req.OutFeatures, 64*c.WGS) * ceilDiv(req.Tokens, c.BN) }
 	switch {
-	case req.Tokens > wgMid.BN && 4*blocks(wgWide) >= 3*sms:
-		return wgWide
+	case req.Tokens > wgMid.BN:
+		c := wgWide
+		for _, s := range []int{4, 2} {
+			if blocks(c)*s <= sms && req.InFeatures/64 >= 16*s {
+				c.Splits = s
+				break
+			}
+		}
+		return c
 	case req.Tokens > wgNarrow.BN && 2*blocks(wgMid) > sms:
 		return wgMid
 	}
@@ -178,20 +199,27 @@ func (c wgConfig) sharedBytes() int {
 func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) }
 
 // workspaceBytes is the permuted copy of x, one stage per token tile and
-// group, then one float scale (sigma) per token of the padded tiles.
+// group, then one float scale (sigma) per token of the padded tiles, then
+// with a split K the fp32 sums of y.
 func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 	tiles := int64(c.tiles(req))
-	return tiles*int64(req.InFeatures/64)*int64(c.stageBytes()) + tiles*int64(c.BN)*4
+	n := tiles*int64(req.InFeatures/64)*int64(c.stageBytes()) + tiles*int64(c.BN)*4
+	if c.Splits > 1 {
+		n += int64(req.Tokens) * int64(req.OutFeatures) * 4
+	}
+	return n
 }
 
-// wgLaunches are the three launches of one call, in stream order.
+// wgLaunches are the launches of one call, in stream order.
 type wgLaunches struct {
-	scale gpukernel.Launch // each token's power-of-two scale into the workspace
-	prep  gpukernel.Launch // x / scale in fp16, in the B layout, into the workspace
-	main  gpukernel.Launch // the product
+	scale  gpukernel.Launch  // each token's power-of-two scale (and cleared sums) into the workspace
+	prep   gpukernel.Launch  // x / scale in fp16, in the B layout, into the workspace
+	main   gpukernel.Launch  // the product
+	reduce *gpukernel.Launch // with a split K: y from the sums
 }
 
-// launches are the scale, prep and main kernels' launches for req.
+// launches are the scale, prep, main and (split K) reduce kernels'
+// launches for req.
 func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	tiles, rowBlocks := c.tiles(req), ceilDiv(req.OutFeatures, 64*c.WGS)
 	bias := gpukernel.NullPointer
@@ -200,25 +228,33 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	}
 	ws := sdk.BufferParam(sdk.BufferWorkspace)
 	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
+	splits := sdk.Int32Param(int32(c.Splits))
 	var l wgLaunches
 	l.scale = gpukernel.Launch{
 		Grid: [3]uint32{uint32(req.Tokens), 1, 1}, Block: [3]uint32{wgScaleThreads, 1, 1},
-		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
+		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, splits},
 	}
 	l.prep = gpukernel.Launch{
 		Grid: [3]uint32{uint32(tiles), uint32(req.InFeatures / 64), 1}, Block: [3]uint32{uint32(c.BN), 1, 1},
 		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
 	}
 	l.main = gpukernel.Launch{
-		Grid: [3]uint32{uint32(rowBlocks * tiles), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
+		Grid: [3]uint32{uint32(rowBlocks * tiles * c.Splits), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
 		SharedBytes: uint32(c.sharedBytes()),
 		Params: []sdk.Param{ws, sdk.BufferParam(affine.Weight), sdk.BufferParam(affine.Scales), sdk.BufferParam(affine.Biases),
-			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band))},
+			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band)), splits},
+	}
+	if c.Splits > 1 {
+		chunks := req.Tokens * (req.OutFeatures / 8)
+		l.reduce = &gpukernel.Launch{
+			Grid: [3]uint32{uint32(min(ceilDiv(chunks, wgReduceThreads), wgReduceBlocks)), 1, 1}, Block: [3]uint32{wgReduceThreads, 1, 1},
+			Params: []sdk.Param{ws, bias, sdk.BufferParam(affine.Y), tok, in, out},
+		}
 	}
 	return l
 }
 
 // describe names the variant for logs and admission reasons.
 func (c wgConfig) describe() string {
-	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d", c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band)
+	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d", c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits)
 }

@@ -27,25 +27,26 @@ func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
 	assert.Contains(t, adm.Reason, "wgmma BN=256")
 }
 
-// The measured rule: 256-token tiles when they fill three quarters of the
-// multiprocessors, else 128-token tiles when those give more than one
-// block per two multiprocessors, else 64.
+// The measured rule: 256-token tiles above 128 tokens, with K split in 4
+// or 2 when that still fits one wave; up to 128 tokens, 128-token tiles
+// when those give more than one block per two multiprocessors, else 64.
 func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 	for _, c := range []struct {
-		tokens, in, out, bn int
+		tokens, in, out, bn, splits int
 	}{
-		{64, 4096, 14336, 64},    // one narrow tile
-		{128, 4096, 14336, 128},  // 112 blocks of 128 tokens
-		{256, 4096, 14336, 256},  // 112 blocks of 256 tokens
-		{256, 8192, 28672, 256},  // 224 blocks of 256 tokens
-		{256, 14336, 4096, 64},   // 32 / 64 blocks
-		{256, 28672, 8192, 128},  // 64 / 128 blocks
-		{128, 28672, 8192, 64},   // 64 blocks
-		{1024, 4096, 4096, 256},  // 128 blocks of 256 tokens
-		{512, 4096, 4096, 128},   // 64 / 128 blocks
-		{4096, 14336, 4096, 256}, // 512 blocks
+		{64, 4096, 14336, 64, 1},    // one narrow tile
+		{128, 4096, 14336, 128, 1},  // 112 blocks of 128 tokens
+		{128, 28672, 8192, 64, 1},   // 64 blocks of 128 tokens
+		{256, 4096, 14336, 256, 1},  // 112 blocks of 256 tokens
+		{256, 8192, 28672, 256, 1},  // 224 blocks
+		{256, 14336, 4096, 256, 4},  // 32 blocks × 4
+		{256, 28672, 8192, 256, 2},  // 64 blocks × 2
+		{256, 4096, 4096, 256, 4},   // 32 blocks × 4, 16 groups each
+		{256, 2048, 4096, 256, 2},   // 32 groups: two shares of 16
+		{4096, 14336, 4096, 256, 1}, // 512 blocks
 	} {
-		assert.Equal(t, c.bn, chooseWG(int4Request(c.tokens, c.in, c.out), 132).BN, "%d tokens %dx%d", c.tokens, c.in, c.out)
+		got := chooseWG(int4Request(c.tokens, c.in, c.out), 132)
+		assert.Equal(t, []int{c.bn, c.splits}, []int{got.BN, got.Splits}, "%d tokens %dx%d", c.tokens, c.in, c.out)
 	}
 }
 
@@ -89,8 +90,8 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 // The three launches cover every token, row block and token tile, bind the
 // workspace where the kernels read and write it, and fit an H100/H200.
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
-	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136)} {
-		req.Bias = req.Tokens == 129
+	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136), int4Request(200, 4096, 1032)} {
+		req.Bias = req.Tokens == 129 || req.Tokens == 200
 		c := chooseWG(req, 132)
 		l := c.launches(req)
 		scale, prep, main := l.scale, l.prep, l.main
@@ -98,7 +99,8 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		rowBlocks := (req.OutFeatures + 64*c.WGS - 1) / (64 * c.WGS)
 
 		assert.Equal(t, [3]uint32{uint32(req.Tokens), 1, 1}, scale.Grid, "one scale block per token")
-		require.Len(t, scale.Params, 4)
+		require.Len(t, scale.Params, 6)
+		assert.Equal(t, int32(c.Splits), int32Of(t, scale.Params[5]))
 		assert.Equal(t, affine.X, scale.Params[0].Buffer)
 		assert.Equal(t, sdk.BufferWorkspace, scale.Params[1].Buffer)
 
@@ -108,11 +110,11 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, affine.X, prep.Params[0].Buffer)
 		assert.Equal(t, sdk.BufferWorkspace, prep.Params[1].Buffer)
 
-		assert.Equal(t, uint32(rowBlocks*tiles), main.Grid[0], req.Key())
+		assert.Equal(t, uint32(rowBlocks*tiles*c.Splits), main.Grid[0], req.Key())
 		assert.Equal(t, uint32(128*c.WGS+128), main.Block[0])
 		static := 8*2*(c.Stages+c.AST) + 4*c.BN + 2*64*c.WGS // barriers, token scales, bias
 		assert.LessOrEqual(t, int(main.SharedBytes)+static, 232448, "fits the opt-in shared memory")
-		require.Len(t, main.Params, 10)
+		require.Len(t, main.Params, 11)
 		assert.Equal(t, sdk.BufferWorkspace, main.Params[0].Buffer)
 		assert.Equal(t, affine.Y, main.Params[5].Buffer)
 		if req.Bias {
@@ -122,6 +124,16 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		}
 		assert.Equal(t, int32(req.Tokens), int32Of(t, main.Params[6]))
 		assert.Equal(t, int32(c.Band), int32Of(t, main.Params[9]))
+		assert.Equal(t, int32(c.Splits), int32Of(t, main.Params[10]))
+		if c.Splits == 1 {
+			assert.Nil(t, l.reduce, "no reduction without a split K")
+			continue
+		}
+		require.NotNil(t, l.reduce, req.Key())
+		assert.GreaterOrEqual(t, int(l.reduce.Grid[0]*l.reduce.Block[0]), 1, "a grid-stride reduction")
+		require.Len(t, l.reduce.Params, 6)
+		assert.Equal(t, sdk.BufferWorkspace, l.reduce.Params[0].Buffer)
+		assert.Equal(t, affine.Y, l.reduce.Params[2].Buffer)
 
 	}
 }
@@ -141,6 +153,10 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	assert.Equal(t, int64(16*64*32768+4096*4), chooseWG(req, 132).workspaceBytes(req))
 	main := chooseWG(req, 132).launches(req).main
 	assert.Equal(t, uint32(112*16), main.Grid[0], "112 row blocks of 128 times 16 token tiles")
+	split := int4Request(256, 14336, 4096)
+	c := chooseWG(split, 132)
+	require.Equal(t, 4, c.Splits)
+	assert.Equal(t, int64(224*32768+256*4+256*4096*4), c.workspaceBytes(split), "stages, sigma, then the fp32 sums")
 }
 
 // TestWGMMAVariantsCompile compiles the Hopper variant for every GPU test

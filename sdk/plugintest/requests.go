@@ -66,6 +66,7 @@ func GPURequests() []sdk.Request {
 		a(129, 640, 136, 4, 64, false),
 		a(300, 2048, 520, 4, 64, true),
 		a(264, 640, 12296, 4, 64, true),
+		a(200, 4096, 1032, 4, 64, true), // 256-token tile, K split in 4
 	}
 }
 

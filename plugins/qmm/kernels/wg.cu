@@ -4,23 +4,31 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
-// Three entry points, launched in this order on one stream:
-//   affine_wg_scale(x, ws, tokens, in_features)
+// Entry points, launched in this order on one stream:
+//   affine_wg_scale(x, ws, tokens, in_features, out_features, splits)
 //     grid (tokens), block 128. Writes each token's power-of-two scale
 //     sigma (1 unless max|x| >= 2^15, then max|x| / sigma < 2^15), so that
-//     x / sigma fits fp16 with every normal bf16 value exact.
+//     x / sigma fits fp16 with every normal bf16 value exact; with
+//     splits > 1 it also clears the token's row of the split-K sums.
 //   affine_wg_prep(x, ws, tokens, in_features)
 //     grid (ceil(tokens/BN), in/64), block BN: one thread per (token, group).
 //     Writes one STAGE_BYTES block per (token tile, group): x / sigma in
 //     fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0.
-//   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band)
-//     grid (ceil(out/ROWS) * ceil(tokens/BN)), block THREADS, dynamic shared
-//     memory SMEM_BYTES; blocks are rastered in bands of `band` row blocks.
+//   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits)
+//     grid (ceil(out/ROWS) * ceil(tokens/BN) * splits), block THREADS,
+//     dynamic shared memory SMEM_BYTES; blocks are rastered in bands of
+//     `band` row blocks, and split s of a tile takes the s-th share of the
+//     groups (whole weight stages). With splits == 1 it writes y; else it
+//     adds its fp32 share into the sums (red.global.add) and
+//   affine_wg_reduce(ws, bias, y, tokens, in, out)
+//     (any grid, block 256) writes y = bf16(sum + bias).
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
-// then ceil(tokens/BN) * BN floats of sigma.
+// then ceil(tokens/BN) * BN floats of sigma, then (splits > 1) tokens * out
+// floats of sums.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
-// groups, so at least two groups) and band >= 1.
+// groups, so at least two groups), out_features a multiple of 8, band >= 1
+// and splits >= 1.
 //
 // NUMERICS
 //   Weights are dequantised to fp16 in registers, s*q + b with one rounding
@@ -108,8 +116,12 @@ typedef unsigned long long u64;
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
 #define SCALE_THREADS 128                    // affine_wg_scale's block
 #define OTILE_LD (ROWS + 8)                  // output tile row (bf16), padded against bank conflicts
+#define FTILE_LD (ROWS + 4)                  // the same in fp32, for split-K sums
 #if BN * OTILE_LD * 2 > STAGES * STAGE_BYTES
 #error "the output tile must fit in the x ring"
+#endif
+#if BN * FTILE_LD * 4 > SMEM_BYTES
+#error "the fp32 output tile must fit in the rings"
 #endif
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS_RAW ((65536 - 128 * PRODUCER_REGS) / (128 * WGS) / 8 * 8)
@@ -141,12 +153,21 @@ KC_DEV u32 kc_f16x2(float hi, float lo) {
 KC_DEV long long kc_sigma_offset(int tokens, int in_features) {
     return (long long)((tokens + BN - 1) / BN) * (in_features / GROUP) * STAGE_BYTES;
 }
+// The split-K fp32 sums [tokens][out] (only with splits > 1), after sigma.
+KC_DEV long long kc_sum_offset(int tokens, int in_features) {
+    return kc_sigma_offset(tokens, in_features) + (long long)((tokens + BN - 1) / BN) * BN * 4;
+}
 
 // ---------------------------------------------------------------------------
 // Scale: sigma[t] = 1, or 2^(e - 14) when max|x[t]| = 2^e * m >= 2^15.
 extern "C" __global__ void __launch_bounds__(SCALE_THREADS)
-affine_wg_scale(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features)
+affine_wg_scale(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features,
+                int out_features, int splits)
 {
+    if (splits > 1) {   // clear this token's row of the split-K sums
+        float4* sum = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features)) + (long long)blockIdx.x * (out_features / 4);
+        for (int i = threadIdx.x; i < out_features / 4; i += SCALE_THREADS) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     __shared__ u32 part[SCALE_THREADS / 32];
     const int tok = blockIdx.x;
     const kc_u4* row = reinterpret_cast<const kc_u4*>(x + (long long)tok * in_features);
@@ -343,9 +364,9 @@ KC_DEV void kc_wgmma(float (&d)[NACC], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc)
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
+affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
           const u16* __restrict__ scales, const u16* __restrict__ biases, const u16* __restrict__ bias,
-          u16* __restrict__ y, int tokens, int in_features, int out_features, int band)
+          u16* __restrict__ y, int tokens, int in_features, int out_features, int band, int splits)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     // full[STAGES], empty[STAGES] for x; afull[AST], aempty[AST] for weights
@@ -361,9 +382,15 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int row_blocks = (out_features + ROWS - 1) / ROWS;
     const int tiles = (tokens + BN - 1) / BN;
     const int per_band = band * tiles;
-    const int bid = blockIdx.x / per_band, rem = blockIdx.x - bid * per_band;
+    const int split = blockIdx.x % splits, block = blockIdx.x / splits;
+    const int bid = block / per_band, rem = block - bid * per_band;
     const int bsz = min(band, row_blocks - bid * band);
     const int row0 = (bid * band + rem % bsz) * ROWS, tile = rem / bsz;
+    // This block's groups: [g0, g0 + n), the split's share rounded to whole
+    // weight stages (so scale copies stay 16-byte aligned).
+    const int chunk = ((groups + splits - 1) / splits + AG - 1) / AG * AG;
+    const int g0 = split * chunk, n = min(groups - g0, chunk);
+    if (n <= 0) return;
 
     const u32 sbase = kc_smem(smem), abase = sbase + STAGES * STAGE_BYTES;
     const u32 full0 = kc_smem(&bars[0]), empty0 = full0 + 8 * STAGES;
@@ -390,11 +417,11 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             // x: one bulk copy per group, issued by one lane.
             if (lane == 0) {
                 const unsigned char* xsrc = xp + (long long)tile * groups * STAGE_BYTES;
-                for (int g = 0; g < groups; ++g) {
-                    const int s = g % STAGES;
-                    if (g >= STAGES) kc_bar_wait(empty0 + 8 * s, ((g / STAGES) + 1) & 1);
+                for (int i = 0; i < n; ++i) {
+                    const int s = i % STAGES;
+                    if (i >= STAGES) kc_bar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
                     kc_bar_expect(full0 + 8 * s, STAGE_BYTES);
-                    kc_bulk(sbase + s * STAGE_BYTES, xsrc + (long long)g * STAGE_BYTES, STAGE_BYTES, full0 + 8 * s);
+                    kc_bulk(sbase + s * STAGE_BYTES, xsrc + (long long)(g0 + i) * STAGE_BYTES, STAGE_BYTES, full0 + 8 * s);
                 }
             }
         } else if (warp == WGS * 4 + 1) {
@@ -404,8 +431,8 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             // Rows past the end repeat the last row.
             const unsigned char* wsrc = reinterpret_cast<const unsigned char*>(weight);
             const long long row_bytes = in_features / 2;
-            for (int g = 0; g < groups; g += AG) {
-                const int h = g / AG, as = h % AST, ng = min(AG, groups - g);
+            for (int i = 0; i < n; i += AG) {
+                const int g = g0 + i, h = i / AG, as = h % AST, ng = min(AG, n - i);
                 if (h >= AST) kc_bar_wait(aempty0 + 8 * as, ((h / AST) + 1) & 1);
                 const u32 dst = abase + as * ASTAGE_BYTES;
                 const unsigned char* src = wsrc + g * 32;
@@ -520,7 +547,7 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             __syncwarp();
             if (lane == 0) kc_bar_arrive(empty0 + 8 * ((grp - (FSETS - 1)) % STAGES));
         }
-        if (grp + 1 < groups) {
+        if (grp + 1 < n) {
             const int h = (grp + 1) / AG;
             if ((grp + 1) % AG == 0) kc_bar_wait(afull0 + 8 * (h % AST), (h / AST) & 1);
             const uint4 cw = words(grp + 1), sc = scaling(grp + 1);
@@ -544,20 +571,20 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     dequant(fa0, words(0), scaling(0));
     int grp = 0;
 #if FSETS == 2
-    for (; grp + 1 < groups; grp += 2) {
+    for (; grp + 1 < n; grp += 2) {
         step(fa0, fa1, grp);
         step(fa1, fa0, grp + 1);
     }
-    if (grp < groups) step(fa0, fa1, grp);
+    if (grp < n) step(fa0, fa1, grp);
 #else
     u32 fa2[16];
-    for (; grp + 2 < groups; grp += 3) {
+    for (; grp + 2 < n; grp += 3) {
         step(fa0, fa1, grp);
         step(fa1, fa2, grp + 1);
         step(fa2, fa0, grp + 2);
     }
-    if (grp < groups) step(fa0, fa1, grp);
-    if (grp + 1 < groups) step(fa1, fa2, grp + 1);
+    if (grp < n) step(fa0, fa1, grp);
+    if (grp + 1 < n) step(fa1, fa2, grp + 1);
 #endif
     kc_wg_wait<0>();
     kc_fence_operands(acc);
@@ -567,6 +594,32 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // row rl0 (e < 2) or rl0 + 8, local token 8j + 2tig + (e&1)), then
     // coalesced 16-byte stores of 8 rows each.
     kc_consumer_sync();
+    if (splits > 1) {
+        // Split along K: this block's share of acc * sigma is added into the
+        // fp32 sum in the workspace (bias and bf16 come in affine_wg_reduce),
+        // through shared memory (both rings are free now) as 16-byte
+        // reductions of 4 rows each.
+        float* ftile = reinterpret_cast<float*>(smem);
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const float2 sg = *reinterpret_cast<const float2*>(ssigma + 8 * j + 2 * tig);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                ftile[(8 * j + 2 * tig + (e & 1)) * FTILE_LD + rl0 + 8 * (e >> 1)] = acc[4 * j + e] * ((e & 1) ? sg.y : sg.x);
+        }
+        kc_consumer_sync();
+        float* sum = reinterpret_cast<float*>(xp + kc_sum_offset(tokens, in_features));
+        for (int c = tid; c < BN * (ROWS / 4); c += WGS * 128) {
+            const int tl = c / (ROWS / 4), rc = c % (ROWS / 4);
+            const int tok = tile * BN + tl, row = row0 + 4 * rc;
+            if (tok < tokens && row < out_features) {
+                const float4 v = *reinterpret_cast<const float4*>(ftile + tl * FTILE_LD + 4 * rc);
+                asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+                             :: "l"(sum + (long long)tok * out_features + row), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+            }
+        }
+        return;
+    }
     u16* otile = reinterpret_cast<u16*>(smem);
     const float b0 = kc_bf16(sbias[rl0]), b1 = kc_bf16(sbias[rl0 + 8]);
 #pragma unroll
@@ -587,5 +640,34 @@ affine_wg(const unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         if (tok < tokens && row < out_features)
             *reinterpret_cast<kc_u4*>(y + (long long)tok * out_features + row) =
                 *reinterpret_cast<const kc_u4*>(otile + tl * OTILE_LD + 8 * rc);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reduce (split-K only, after affine_wg): y = bf16(sum + bias), 8 outputs
+// per thread, grid-stride.
+extern "C" __global__ void __launch_bounds__(256)
+affine_wg_reduce(const unsigned char* __restrict__ ws, const u16* __restrict__ bias, u16* __restrict__ y,
+                 int tokens, int in_features, int out_features)
+{
+    const float* sum = reinterpret_cast<const float*>(ws + kc_sum_offset(tokens, in_features));
+    const long long chunks = (long long)tokens * (out_features / 8);
+    for (long long c = blockIdx.x * 256ll + threadIdx.x; c < chunks; c += (long long)gridDim.x * 256) {
+        const long long tok = c / (out_features / 8);
+        const int row = (int)(c - tok * (out_features / 8)) * 8;
+        const float4 a = *reinterpret_cast<const float4*>(sum + tok * out_features + row);
+        const float4 b = *reinterpret_cast<const float4*>(sum + tok * out_features + row + 4);
+        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        u32 o[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float lo = v[2 * i], hi = v[2 * i + 1];
+            if (bias != nullptr) {
+                lo += kc_bf16(bias[row + 2 * i]);
+                hi += kc_bf16(bias[row + 2 * i + 1]);
+            }
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(o[i]) : "f"(hi), "f"(lo));
+        }
+        *reinterpret_cast<kc_u4*>(y + tok * out_features + row) = kc_u4{o[0], o[1], o[2], o[3]};
     }
 }
