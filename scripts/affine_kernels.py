@@ -132,10 +132,10 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     """Macros for affine_stream (tokens 1..32, 4 or 8 bits), or None when it does not apply
     (other bit widths, or no step of 128 or 256 packed bytes per row dividing the groups).
 
-    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp up to
-    16 tokens (one above), 128-byte steps, two ring slots, four warps per
-    block (eight when that leaves fewer than 8 warps per SM, 4 at 9-16
-    tokens), >= 2 steps per warp."""
+    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp,
+    128-byte steps, two ring slots, four warps per block (eight when that
+    leaves fewer than 8 warps per SM, 4 above 8 tokens), >= 2 steps per
+    warp."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -145,9 +145,9 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     if u is None:
         return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
-    mt = 2 if nt <= 2 else 1
+    mt = 2
     blocks = -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
-    kw = 4 if blocks * 4 >= (4 if nt == 2 else 8) * sms else 8
+    kw = 4 if blocks * 4 >= (4 if nt > 1 else 8) * sms else 8
     while kw > 1 and groups // u < 2 * kw:
         kw //= 2
     cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)

@@ -65,17 +65,14 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	case req.Tokens <= 16:
 		nt = 2
 	}
-	// Two 16-row tiles per warp up to 16 tokens, one above.
-	mt := 1
-	if nt <= 2 {
-		mt = 2
-	}
+	// Two 16-row tiles per warp at every token count.
+	mt := 2
 	// Four warps per block, eight when that leaves fewer than 8 warps per
-	// SM at decode (4 at 9-16 tokens, where a warp has twice the tokens);
-	// at least two steps per warp.
+	// SM at decode (4 above 8 tokens, where a warp has 2-4 times the
+	// tokens); at least two steps per warp.
 	blocks := ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
 	minWarps := 8
-	if nt == 2 {
+	if nt > 1 {
 		minWarps = 4
 	}
 	kw := 8

@@ -34,9 +34,8 @@ func TestChooseStreamSaysWhyItDoesNotServe(t *testing.T) {
 }
 
 func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
-	// The H200 sweeps (bench/NOTES.md): two row tiles per warp up to 16
-	// tokens, one above; 4 warps per block, 8 when the grid is small;
-	// 128-byte steps.
+	// The H200 sweeps (bench/NOTES.md): two row tiles per warp; 4 warps per
+	// block, 8 when the grid is small; 128-byte steps.
 	for _, c := range []struct {
 		req                   sdk.Request
 		mt, nt, kw, u, blocks int
@@ -46,7 +45,8 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(16, 8192, 28672, 4, 64), 2, 2, 4, 4, 896},
 		{streamRequest(16, 28672, 8192, 4, 64), 2, 2, 4, 4, 256},
 		{streamRequest(16, 14336, 4096, 4, 64), 2, 2, 8, 4, 128},
-		{streamRequest(32, 28672, 8192, 4, 64), 1, 4, 4, 4, 512},
+		{streamRequest(32, 28672, 8192, 4, 64), 2, 4, 4, 4, 256},
+		{streamRequest(32, 4096, 4096, 4, 64), 2, 4, 8, 4, 128},
 		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 128},
 		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 128},
 	} {
