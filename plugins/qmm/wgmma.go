@@ -30,10 +30,11 @@ const (
 	wgReduceThreads, wgReduceBlocks = 256, 1024
 	// wgScaleThreads is affine_wg_scale's block (SCALE_THREADS in wg.cu).
 	wgScaleThreads = 128
-	// wgMinTokens: fewer tokens are qmm/stream's range, and even a
-	// 64-token tile would be mostly empty.
+	// wgMinTokens: fewer tokens are qmm/stream's range; 16- and 32-token
+	// tiles of this kernel were timed there and lost (bench/NOTES.md).
 	wgMinTokens = affinegpu.StreamMaxTokens + 1
-	// wgMaxWorkspace bounds the permuted copy of x the kernel stages from.
+	// wgMaxWorkspace bounds the workspace: the permuted copy of x the kernel
+	// stages from, the token scales and, with a split K, the fp32 sums.
 	wgMaxWorkspace = 2 << 30
 )
 
@@ -158,15 +159,14 @@ var (
 // chooseWG picks 256-token tiles above 128 tokens, split along K into the
 // most of 2 or 4 shares that still fit one wave, each share at least two
 // weight stages (14336→4096 at 256 tokens: 32 blocks × 4; 4096→14336: 112
-// blocks, unsplit). Up to 128 tokens it picks 128-token tiles when those
-// give more than one block per two multiprocessors, else 64-token tiles.
+// blocks, unsplit). From 33 to 128 tokens it picks 128-token tiles when
+// those give more than one block per two multiprocessors, else 64-token
+// tiles.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	blocks := func(c wgConfig) int { return ceilDiv(req.OutFeatures, 64*c.WGS) * ceilDiv(req.Tokens, c.BN) }
-	switch {
-	case req.Tokens > wgMid.BN:
-		c := wgWide
+	split := func(c wgConfig) wgConfig {
 		for _, s := range []int{4, 2} {
 			if blocks(c)*s <= sms && req.InFeatures/64 >= 16*s {
 				c.Splits = s
@@ -174,6 +174,10 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 			}
 		}
 		return c
+	}
+	switch {
+	case req.Tokens > wgMid.BN:
+		return split(wgWide)
 	case req.Tokens > wgNarrow.BN && 2*blocks(wgMid) > sms:
 		return wgMid
 	}

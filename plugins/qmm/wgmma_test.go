@@ -87,8 +87,9 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 	return int32(binary.LittleEndian.Uint32(p.Scalar))
 }
 
-// The three launches cover every token, row block and token tile, bind the
-// workspace where the kernels read and write it, and fit an H100/H200.
+// The launches (scale, prep, main, and the reduce with a split K) cover
+// every token, row block and token tile, bind the workspace where the
+// kernels read and write it, and fit an H100/H200.
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136), int4Request(200, 4096, 1032)} {
 		req.Bias = req.Tokens == 129 || req.Tokens == 200
@@ -139,9 +140,10 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 }
 
 // The sizes the host allocates and reserves are the kernel's own:
-// STAGE_BYTES and SMEM_BYTES of wg.cu for both variants, and the workspace
-// of one stage per token tile and group then a float per padded token
-// (4096x14336 at 4096 tokens: 32 tiles of 128, 64 groups).
+// STAGE_BYTES and SMEM_BYTES of wg.cu for the large-batch variants, and the
+// workspace of one stage per token tile and group, a float per padded
+// token, then the split-K sums (4096x14336 at 4096 tokens: 16 tiles of
+// 256, 64 groups; 14336x4096 at 256 tokens: split in 4).
 func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	assert.Equal(t, 32768, wgWide.stageBytes())   // 4*256*32
 	assert.Equal(t, 221184, wgWide.sharedBytes()) // 3*32768 + 3*128*(256+32+32)

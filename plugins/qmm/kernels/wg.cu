@@ -7,9 +7,10 @@
 // Entry points, launched in this order on one stream:
 //   affine_wg_scale(x, ws, tokens, in_features, out_features, splits)
 //     grid (tokens), block 128. Writes each token's power-of-two scale
-//     sigma (1 unless max|x| >= 2^15, then max|x| / sigma < 2^15), so that
-//     x / sigma fits fp16 with every normal bf16 value exact; with
-//     splits > 1 it also clears the token's row of the split-K sums.
+//     sigma, with max|x| / sigma in [2^14, 2^15), so that x / sigma fits
+//     fp16 and keeps every value within 2^-28 of the token's largest
+//     exact; with splits > 1 it also clears the token's row of the
+//     split-K sums.
 //   affine_wg_prep(x, ws, tokens, in_features)
 //     grid (ceil(tokens/BN), in/64), block BN: one thread per (token, group).
 //     Writes one STAGE_BYTES block per (token tile, group): x / sigma in
@@ -33,10 +34,13 @@
 // NUMERICS
 //   Weights are dequantised to fp16 in registers, s*q + b with one rounding
 //   (q is exact, then one fma.rn.f16x2): a relative error of at most 2^-11
-//   per weight, 8x below bf16's. x / sigma is exact in fp16 down to 2^-14
-//   (smaller values keep an absolute error under 2^-25). Products and sums
-//   are fp32 in the tensor cores. Weights with |s*q + b| >= 65504 overflow
-//   fp16; quantised model weights are many orders of magnitude smaller.
+//   per weight, 8x below bf16's, for |s*q + b| >= 2^-14 (smaller weights
+//   are fp16 subnormals, an absolute error under 2^-25; scales and biases
+//   below 2^-24 flush to zero). x / sigma is exact in fp16 for values
+//   within 2^-28 of the token's largest |x| (smaller ones keep an absolute
+//   error under 2^-25 of that largest). Products and sums are fp32 in the
+//   tensor cores. Weights with |s*q + b| >= 65504 overflow fp16; quantised
+//   model weights are many orders of magnitude smaller.
 //
 // METHOD
 //   Warp specialised, no block barrier in the main loop. The last
@@ -61,7 +65,8 @@
 //   the next group is dequantised into the fragment set that
 //   wgmma.wait_group FSETS - 1 has just freed, with its x slot.
 //
-// MACROS: BN (16, 32, 64, 128 or 256 tokens per CTA), STAGES (>= FSETS x slots), WGS
+// MACROS: BN (64, 128 or 256 tokens per CTA; 16 and 32 compile and are
+// correct, but lost to the stream kernel at 9-32 tokens, bench/NOTES.md), STAGES (>= FSETS x slots), WGS
 // (1..3 consumer warpgroups, 64 rows each), AST (weight slots of AG = 8
 // groups), FSETS (2 or 3 A fragment sets).
 
@@ -184,7 +189,7 @@ affine_wg_scale(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
 #pragma unroll
         for (int w = 1; w < SCALE_THREADS / 32; ++w) m = max(m, part[w]);
         const int e = (int)(m >> 7) - 127;   // exponent of max|x|
-        const int k = e >= 15 ? min(e - 14, 127) : 0;
+        const int k = max(-100, min(e - 14, 127));   // max|x| / sigma in [2^14, 2^15)
         float* sigma = reinterpret_cast<float*>(ws + kc_sigma_offset(tokens, in_features));
         sigma[tok] = __int_as_float((127 + k) << 23);
     }
@@ -403,10 +408,12 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int bid = block / per_band, rem = block - bid * per_band;
     const int bsz = min(band, row_blocks - bid * band);
     const int row0 = (bid * band + rem % bsz) * ROWS, tile = rem / bsz;
-    // This block's groups: [g0, g0 + n), the split's share rounded to whole
-    // weight stages (so scale copies stay 16-byte aligned).
-    const int chunk = ((groups + splits - 1) / splits + AG - 1) / AG * AG;
-    const int g0 = split * chunk, n = min(groups - g0, chunk);
+    // This block's groups: [g0, g0 + n), an even share of whole weight
+    // stages (so scale copies stay 16-byte aligned); a share is empty only
+    // when there are fewer stages than splits.
+    const int wstages = (groups + AG - 1) / AG;
+    const int g0 = split * wstages / splits * AG;
+    const int n = min(groups, (split + 1) * wstages / splits * AG) - g0;
     if (n <= 0) return;
 
     const u32 sbase = kc_smem(smem), abase = sbase + STAGES * STAGE_BYTES;
