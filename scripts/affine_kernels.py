@@ -1023,12 +1023,12 @@ def run_wg(quick: bool, bench: bool = True):
                 ok, detail = ok_e and ok_o, f"{detail}; x*2^{xe} tokens /2^{xe}: {detail_o}"
             ok_all &= ok
             if not ok:
-                failed.add(variant_key(WG_CU, cfg))
+                failed.add((variant_key(WG_CU, cfg), cfg["_splits"]))
             print(f"{'PASS' if ok else 'FAIL'} wg {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
                   f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']}{f' x*2^{xe}' if xe else ''}  {detail}", flush=True)
         del wt
     if not WG_TIME_ALL:
-        cfgs = [c for c in cfgs if variant_key(WG_CU, c) not in failed]   # time the correct ones only
+        cfgs = [c for c in cfgs if (variant_key(WG_CU, c), c["_splits"]) not in failed]   # time the correct ones only
     if not bench:
         return ok_all
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
