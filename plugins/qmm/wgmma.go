@@ -166,7 +166,9 @@ var (
 // scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	blocks := func(c wgConfig) int { return ceilDiv(req.OutFeatures, 64*c.WGS) * ceilDiv(req.Tokens, c.BN) }
-	split := func(c wgConfig) wgConfig {
+	switch {
+	case req.Tokens > wgMid.BN:
+		c := wgWide
 		for _, s := range []int{4, 2} {
 			if blocks(c)*s <= sms && req.InFeatures/64 >= 16*s {
 				c.Splits = s
@@ -174,10 +176,6 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 			}
 		}
 		return c
-	}
-	switch {
-	case req.Tokens > wgMid.BN:
-		return split(wgWide)
 	case req.Tokens > wgNarrow.BN && 2*blocks(wgMid) > sms:
 		return wgMid
 	}

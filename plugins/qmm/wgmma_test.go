@@ -131,7 +131,7 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 			continue
 		}
 		require.NotNil(t, l.reduce, req.Key())
-		assert.GreaterOrEqual(t, int(l.reduce.Grid[0]*l.reduce.Block[0]), 1, "a grid-stride reduction")
+		assert.Equal(t, [3]uint32{101, 1, 1}, l.reduce.Grid, "200 tokens × 129 chunks of 8 outputs, 256 per block")
 		require.Len(t, l.reduce.Params, 6)
 		assert.Equal(t, sdk.BufferWorkspace, l.reduce.Params[0].Buffer)
 		assert.Equal(t, affine.Y, l.reduce.Params[2].Buffer)

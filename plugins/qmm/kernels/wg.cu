@@ -65,8 +65,8 @@
 //   the next group is dequantised into the fragment set that
 //   wgmma.wait_group FSETS - 1 has just freed, with its x slot.
 //
-// MACROS: BN (64, 128 or 256 tokens per CTA; 16 and 32 compile and are
-// correct, but lost to the stream kernel at 9-32 tokens, bench/NOTES.md), STAGES (>= FSETS x slots), WGS
+// MACROS: BN (64, 128 or 256 tokens per CTA; 16- and 32-token tiles were
+// timed and lost to the stream kernel at 9-32 tokens, bench/NOTES.md), STAGES (>= FSETS x slots), WGS
 // (1..3 consumer warpgroups, 64 rows each), AST (weight slots of AG = 8
 // groups), FSETS (2 or 3 A fragment sets).
 
@@ -86,8 +86,8 @@ typedef unsigned long long u64;
 #ifndef WGS
 #define WGS 2
 #endif
-#if BN != 16 && BN != 32 && BN != 64 && BN != 128 && BN != 256
-#error "BN must be 16, 32, 64, 128 or 256 (the wgmma shapes written out below)"
+#if BN != 64 && BN != 128 && BN != 256
+#error "BN must be 64, 128 or 256 (the wgmma shapes written out below)"
 #endif
 #if WGS < 1 || WGS > 3
 #error "WGS must be 1, 2 or 3"
@@ -346,23 +346,6 @@ template <int N> KC_DEV void kc_wg_wait() { asm volatile("wgmma.wait_group.sync.
     "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
     "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
     "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-#elif BN == 32
-#define KC_WG_ACC_LIST \
-    "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
-#define KC_WG_A "{%16,%17,%18,%19}"
-#define KC_WG_REST "%20, p, 1, 1, 0;"
-#define KC_WG_SHAPE "m64n32k16"
-#define KC_ACC_OUT(d) \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-#elif BN == 16
-#define KC_WG_ACC_LIST \
-    "{%0,%1,%2,%3,%4,%5,%6,%7}"
-#define KC_WG_A "{%8,%9,%10,%11}"
-#define KC_WG_REST "%12, p, 1, 1, 0;"
-#define KC_WG_SHAPE "m64n16k16"
-#define KC_ACC_OUT(d) \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #else
 #define KC_WG_ACC_LIST \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
