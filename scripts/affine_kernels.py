@@ -52,6 +52,8 @@ KIND_OF = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg"}
 SMS = 132                 # H200 streaming multiprocessors (replaced by the device's count)
 KERNELS = ()              # --kernel filter: () = all
 STREAM_ONLY = False       # --sweep times alternative configs of affine_stream only
+STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB)] replacing the stream sweep
+STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
 
@@ -135,7 +137,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp,
     128-byte steps, two ring slots, four warps per block (eight when that
     leaves fewer than 8 warps per SM, 4 above 8 tokens), >= 2 steps per
-    warp."""
+    warp; at decode, registers for 16 warps per SM (MINB) once the grid
+    has more blocks than SMs (not 4-bit group 32, which would spill)."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -151,6 +154,9 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     while kw > 1 and groups // u < 2 * kw:
         kw //= 2
     cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)
+    if nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32):
+        cfg["MINB"] = 16 // kw   # 16 warps per SM at decode once the grid exceeds the SMs
+    cfg.update(STREAM_OVER)
     cfg.update(over)
     if cfg.get("SPK", 0):
         del cfg["SPK"]   # the kernel's default
@@ -834,14 +840,18 @@ def sweep_configs(bits, group, t, in_f, out_f):
             if c != base:
                 out.append(("gemv", GEMV_CU, c))
     sbase = stream_config(bits, group, t, in_f, out_f)
-    if sbase:
-        gbytes = group * bits // 8
+    if sbase and STREAM_CONFIGS:
+        for mt, kw, u, d, minb in STREAM_CONFIGS:
+            c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d, MINB=minb)
+            if c and stream_smem_bytes(c) * minb <= 227 * 1024:
+                out.append(("stream", STREAM_CU, c))
+    elif sbase:
         for mt in (1, 2):
             for kw in (4, 8):
                 for d in (2, 3):
                     for minb in ((1, 5, 6) if kw == 4 else (1, 2, 3)):
                         c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, D=d)
-                        if c and minb > 1:
+                        if c:
                             c["MINB"] = minb
                         if c and c != sbase and stream_smem_bytes(c) * minb <= 227 * 1024:
                             out.append(("stream", STREAM_CU, c))
@@ -1080,6 +1090,9 @@ def main():
     ap.add_argument("--tokens", help="comma-separated benchmark token counts (default 1,4,16,256,4096)")
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
+    ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB],... "
+                    "timed instead of the built-in stream sweep")
+    ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS]],... (default WG_CONFIGS)")
     ap.add_argument("--wg-time-all", action="store_true",
@@ -1089,6 +1102,11 @@ def main():
     KERNELS = tuple(args.kernel or ())
     global STREAM_ONLY, BENCH_TOKENS, BENCH_SHAPES
     STREAM_ONLY = args.stream_sweep
+    if args.stream_configs:
+        global STREAM_CONFIGS
+        STREAM_CONFIGS = [tuple(int(v) for v in (c + ":1").split(":")[:5]) for c in args.stream_configs.split(",")]
+    if args.stream_over:
+        STREAM_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.stream_over.split(","))})
     if args.tokens:
         BENCH_TOKENS = tuple(int(v) for v in args.tokens.split(","))
     if args.shapes:

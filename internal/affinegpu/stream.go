@@ -32,6 +32,7 @@ type StreamConfig struct {
 	KW          int // warps per block
 	U           int // groups per step
 	D           int // ring slots per warp
+	MinB        int // blocks per SM the register allocation must allow
 }
 
 // ChooseStream picks the stream variant for req on a GPU with sms
@@ -82,12 +83,20 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	for kw > 1 && groups/u < 2*kw {
 		kw /= 2
 	}
-	return StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2}, ""
+	// At decode, when the grid is more than one block per SM, registers
+	// for 16 warps per SM (128 per thread): 256 blocks of 8 warps then fit
+	// one wave. With 4-bit group 32 that would spill, so it keeps 1.
+	minB := 1
+	if nt == 1 && blocks > sms && (kw == 4 || kw == 8) && !(bits == 4 && group == 32) {
+		minB = 16 / kw
+	}
+	return StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: minB}, ""
 }
 
 // Defines are the kernel's -D macros.
 func (c StreamConfig) Defines() map[string]int {
-	return map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "NT": c.NT, "KW": c.KW, "U": c.U, "D": c.D}
+	return map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "NT": c.NT, "KW": c.KW, "U": c.U, "D": c.D,
+		"MINB": max(c.MinB, 1)}
 }
 
 // Variant is the kernel variant to compile: entry point and macros.
@@ -122,7 +131,7 @@ func (c StreamConfig) Launch(req sdk.Request) (grid, block [3]uint32, shared uin
 
 // Describe names the variant for logs.
 func (c StreamConfig) Describe() string {
-	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d", c.MT, c.NT, c.KW, c.U, c.D)
+	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d MINB=%d", c.MT, c.NT, c.KW, c.U, c.D, max(c.MinB, 1))
 }
 
 // AdmitStream picks the stream variant for req on hw, or says why the
