@@ -52,7 +52,7 @@ KIND_OF = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg"}
 SMS = 132                 # H200 streaming multiprocessors (replaced by the device's count)
 KERNELS = ()              # --kernel filter: () = all
 STREAM_ONLY = False       # --sweep times alternative configs of affine_stream only
-STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB)] replacing the stream sweep
+STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB, XT)] replacing the stream sweep
 STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
@@ -138,7 +138,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     128-byte steps, two ring slots, four warps per block (eight when that
     leaves fewer than 8 warps per SM, 4 above 8 tokens), >= 2 steps per
     warp; at decode, registers for 16 warps per SM (MINB) once the grid
-    has more blocks than SMs (not 4-bit group 32, which would spill)."""
+    has more blocks than SMs (not 4-bit group 32, which would spill),
+    else x through the ring slots (XT) when that fits."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -158,6 +159,15 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         cfg["MINB"] = 16 // kw   # 16 warps per SM at decode once the grid exceeds the SMs
     cfg.update(STREAM_OVER)
     cfg.update(over)
+    if nt == 1 and blocks <= sms and "XT" not in cfg:
+        # at most one block per SM at decode: x through the ring (if it fits)
+        cfg["XT"] = min(8 * nt, tokens)
+        if stream_smem_bytes(cfg) > 227 * 1024:
+            del cfg["XT"]
+    if cfg.get("XT", 0) < 0:    # -1: x through the ring for every token of the tile
+        cfg["XT"] = min(8 * nt, tokens)
+    if cfg.get("XT", 1) == 0:
+        del cfg["XT"]
     if cfg.get("SPK", 0):
         del cfg["SPK"]   # the kernel's default
     if groups % cfg["U"] or cfg["U"] < 2 or (cfg["U"] * gbytes) % 128 or (cfg["MT"] == 4 and cfg["NT"] != 1):
@@ -172,7 +182,7 @@ def stream_smem_bytes(cfg: dict) -> int:
     seg = cfg["U"] * gbytes
     wstride = seg + (16 if wpt == 8 else 16 * wpt)
     sstride = max(16, 2 * cfg["U"])
-    slot = rows * wstride + 2 * rows * sstride
+    slot = rows * wstride + 2 * rows * sstride + cfg.get("XT", 0) * (2 * cfg["U"] * cfg["GROUP"] + 16)
     ring = cfg["KW"] * cfg["D"] * slot
     red = 4 * cfg["KW"] * rows * 8 * cfg["NT"] if cfg["KW"] > 1 else 0
     return max(ring, red)
@@ -841,8 +851,8 @@ def sweep_configs(bits, group, t, in_f, out_f):
                 out.append(("gemv", GEMV_CU, c))
     sbase = stream_config(bits, group, t, in_f, out_f)
     if sbase and STREAM_CONFIGS:
-        for mt, kw, u, d, minb in STREAM_CONFIGS:
-            c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d, MINB=minb)
+        for mt, kw, u, d, minb, xt in STREAM_CONFIGS:
+            c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d, MINB=minb, XT=xt)
             if c and stream_smem_bytes(c) * minb <= 227 * 1024:
                 out.append(("stream", STREAM_CU, c))
     elif sbase:
@@ -1090,7 +1100,7 @@ def main():
     ap.add_argument("--tokens", help="comma-separated benchmark token counts (default 1,4,16,256,4096)")
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
-    ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB],... "
+    ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB[:XT]],... (XT -1: x through the ring) "
                     "timed instead of the built-in stream sweep")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
@@ -1104,7 +1114,8 @@ def main():
     STREAM_ONLY = args.stream_sweep
     if args.stream_configs:
         global STREAM_CONFIGS
-        STREAM_CONFIGS = [tuple(int(v) for v in (c + ":1").split(":")[:5]) for c in args.stream_configs.split(",")]
+        STREAM_CONFIGS = [tuple(int(v) for v in (c.split(":") + ["1", "0"][len(c.split(":")) - 4:])[:6])
+                          for c in args.stream_configs.split(",")]
     if args.stream_over:
         STREAM_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.stream_over.split(","))})
     if args.tokens:

@@ -33,6 +33,7 @@ type StreamConfig struct {
 	U           int // groups per step
 	D           int // ring slots per warp
 	MinB        int // blocks per SM the register allocation must allow
+	XT          int // token rows of x that travel in the ring (0: x read from global memory)
 }
 
 // ChooseStream picks the stream variant for req on a GPU with sms
@@ -90,13 +91,27 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	if nt == 1 && blocks > sms && (kw == 4 || kw == 8) && !(bits == 4 && group == 32) {
 		minB = 16 / kw
 	}
-	return StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: minB}, ""
+	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: minB}
+	// At decode with at most one block per SM, x travels in the ring with
+	// the weights: a lone block's warps cannot hide x's global latency.
+	if nt == 1 && blocks <= sms {
+		withX := cfg
+		withX.XT = req.Tokens
+		if withX.SharedBytes() <= streamMaxShared {
+			cfg = withX
+		}
+	}
+	return cfg, ""
 }
+
+// streamMaxShared bounds a variant's dynamic shared memory (H100/H200
+// allow 227 KiB per block).
+const streamMaxShared = 227 << 10
 
 // Defines are the kernel's -D macros.
 func (c StreamConfig) Defines() map[string]int {
 	return map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "NT": c.NT, "KW": c.KW, "U": c.U, "D": c.D,
-		"MINB": max(c.MinB, 1)}
+		"MINB": max(c.MinB, 1), "XT": c.XT}
 }
 
 // Variant is the kernel variant to compile: entry point and macros.
@@ -114,7 +129,7 @@ func (c StreamConfig) SharedBytes() int {
 	if wpt == 8 {
 		pad = 16
 	}
-	slot := rows*(seg+pad) + 2*rows*max(16, 2*c.U)
+	slot := rows*(seg+pad) + 2*rows*max(16, 2*c.U) + c.XT*(2*c.U*c.Group+16)
 	ring := c.KW * c.D * slot
 	red := 0
 	if c.KW > 1 {
@@ -131,7 +146,7 @@ func (c StreamConfig) Launch(req sdk.Request) (grid, block [3]uint32, shared uin
 
 // Describe names the variant for logs.
 func (c StreamConfig) Describe() string {
-	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d MINB=%d", c.MT, c.NT, c.KW, c.U, c.D, max(c.MinB, 1))
+	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d MINB=%d XT=%d", c.MT, c.NT, c.KW, c.U, c.D, max(c.MinB, 1), c.XT)
 }
 
 // AdmitStream picks the stream variant for req on hw, or says why the

@@ -36,26 +36,29 @@ func TestChooseStreamSaysWhyItDoesNotServe(t *testing.T) {
 func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 	// The H200 sweeps (bench/NOTES.md): two row tiles per warp; 4 warps per
 	// block, 8 when the grid is small; 128-byte steps; at decode, registers
-	// for 16 warps per SM once there is more than one block per SM.
+	// for 16 warps per SM once there is more than one block per SM, else x
+	// through the ring.
 	for _, c := range []struct {
-		req                         sdk.Request
-		mt, nt, kw, u, minb, blocks int
+		req                             sdk.Request
+		mt, nt, kw, u, minb, xt, blocks int
 	}{
-		{streamRequest(1, 4096, 14336, 4, 64), 2, 1, 4, 4, 4, 448},
-		{streamRequest(1, 14336, 4096, 4, 64), 2, 1, 8, 4, 1, 128},
-		{streamRequest(1, 28672, 8192, 4, 64), 2, 1, 8, 4, 2, 256},
-		{streamRequest(1, 4096, 14336, 4, 32), 2, 1, 4, 8, 1, 448},
-		{streamRequest(16, 8192, 28672, 4, 64), 2, 2, 4, 4, 1, 896},
-		{streamRequest(16, 28672, 8192, 4, 64), 2, 2, 4, 4, 1, 256},
-		{streamRequest(16, 14336, 4096, 4, 64), 2, 2, 8, 4, 1, 128},
-		{streamRequest(32, 28672, 8192, 4, 64), 2, 4, 4, 4, 1, 256},
-		{streamRequest(32, 4096, 4096, 4, 64), 2, 4, 8, 4, 1, 128},
-		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 1, 128},
-		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 1, 128},
+		{streamRequest(1, 4096, 14336, 4, 64), 2, 1, 4, 4, 4, 0, 448},
+		{streamRequest(1, 14336, 4096, 4, 64), 2, 1, 8, 4, 1, 1, 128},
+		{streamRequest(1, 28672, 8192, 4, 64), 2, 1, 8, 4, 2, 0, 256},
+		{streamRequest(1, 4096, 14336, 4, 32), 2, 1, 4, 8, 1, 0, 448},
+		{streamRequest(16, 8192, 28672, 4, 64), 2, 2, 4, 4, 1, 0, 896},
+		{streamRequest(16, 28672, 8192, 4, 64), 2, 2, 4, 4, 1, 0, 256},
+		{streamRequest(16, 14336, 4096, 4, 64), 2, 2, 8, 4, 1, 0, 128},
+		{streamRequest(32, 28672, 8192, 4, 64), 2, 4, 4, 4, 1, 0, 256},
+		{streamRequest(32, 4096, 4096, 4, 64), 2, 4, 8, 4, 1, 0, 128},
+		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 1, 4, 128},
+		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 1, 1, 128},
 	} {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())
-		assert.Equal(t, []int{c.mt, c.nt, c.kw, c.u, 2, c.minb}, []int{cfg.MT, cfg.NT, cfg.KW, cfg.U, cfg.D, cfg.MinB}, c.req.Key())
+		assert.Equal(t, []int{c.mt, c.nt, c.kw, c.u, 2, c.minb, c.xt},
+			[]int{cfg.MT, cfg.NT, cfg.KW, cfg.U, cfg.D, cfg.MinB, cfg.XT}, c.req.Key())
+		assert.Equal(t, c.xt, cfg.Defines()["XT"], c.req.Key())
 		assert.Equal(t, c.minb, cfg.Defines()["MINB"], c.req.Key())
 		grid, block, _ := cfg.Launch(c.req)
 		assert.Equal(t, c.blocks, int(grid[0]*grid[1]), c.req.Key())

@@ -35,13 +35,18 @@
 //   MINB   blocks per SM the register allocation must allow (default 1)
 //   SPK    1 (default): read a step's scales and biases once per row as
 //          vectors and keep them in registers; 0: read each where it is used
+//   XT     0 (default): x comes from global memory (L1), one group ahead;
+//          1..8*NT: the step's x for XT token rows travels in the ring slot
+//          with the weights (cp.async), so its latency hides behind the
+//          ring like theirs; the host passes XT = min(8*NT, tokens)
 //
 // LAUNCH (host computes; Go: internal/affinegpu/stream.go, Python:
 // scripts/affine_kernels.py stream_config / stream_smem_bytes)
 //   block = 32*KW threads, grid = (ceil(out/ROWS), ceil(tokens/(8*NT)), 1)
 //   dynamic shared memory = max(KW*D*SLOT, KW > 1 ? 4*KW*ROWS*8*NT : 0) with
 //     WPT = GROUP*BITS/128, WSTRIDE = SEG + (WPT == 8 ? 16 : 16*WPT),
-//     SSTRIDE = max(16, 2*U), SLOT = ROWS*WSTRIDE + 2*ROWS*SSTRIDE
+//     SSTRIDE = max(16, 2*U), XSTRIDE = 2*U*GROUP + 16,
+//     SLOT = ROWS*WSTRIDE + 2*ROWS*SSTRIDE + XT*XSTRIDE
 //
 // METHOD
 //   Each warp streams its steps through a private ring of D shared-memory
@@ -84,12 +89,18 @@ typedef unsigned short u16;
 #ifndef MINB
 #define MINB 1
 #endif
+#ifndef XT
+#define XT 0
+#endif
 
 #if BITS != 4 && BITS != 8
 #error "BITS must be 4 or 8"
 #endif
 #if GROUP != 32 && GROUP != 64 && GROUP != 128
 #error "GROUP must be 32, 64 or 128"
+#endif
+#if XT < 0 || XT > 8 * NT
+#error "XT must be 0..8*NT"
 #endif
 #if (MT != 1 && MT != 2 && MT != 4) || (NT != 1 && NT != 2 && NT != 4) || KW < 1 || KW > 8 || (MT == 4 && NT != 1)
 #error "need MT in {1,2,4}, NT in {1,2,4} (NT = 1 when MT = 4) and 1 <= KW <= 8"
@@ -198,7 +209,10 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #define SW (U / 2)                           // 32-bit words of scales per row and step
 #define SCP (SSEG < 16 ? SSEG : 16)          // bytes per cp.async of scales
 #define SSTRIDE (SSEG < 16 ? 16 : SSEG)
-#define SLOT (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
+#define XSEG (U * GROUP * 2)                 // x bytes per token and step (XT > 0)
+#define XSTRIDE (XSEG + 16)                  // padding: token rows start in different banks
+#define XOFF (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
+#define SLOT (XOFF + XT * XSTRIDE)
 #if SEG % 128 != 0 || SEG > 512
 #error "U*GROUP*BITS/8 must be 128, 256 or 512 (whole lines, at most 32 lanes per row piece)"
 #endif
@@ -258,6 +272,17 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
 #pragma unroll
         for (int i = 0; i < NCP; ++i)
             kc_cp16(wdst + off + i * (32 / LPR) * WSTRIDE, wsrc[i] + wo);
+#if XT > 0
+        // The step's x: XT token rows of U*GROUP values (tokens past the
+        // end repeat the last; their outputs are never stored).
+        constexpr int XPR = XSEG / 16;                  // 16-byte pieces per token row
+#pragma unroll
+        for (int c = lane; c < XT * XPR; c += 32) {
+            const int r = c / XPR, k = c - r * XPR;
+            kc_cp16(ring_s + off + XOFF + r * XSTRIDE + k * 16,
+                    x + (long long)min(tok0 + r, tokens - 1) * in + (long long)st * U * GROUP + k * 8);
+        }
+#endif
 #pragma unroll
         for (int i = 0; i < NSC; ++i) {
             if ((2 * ROWS * SPR) % 32 == 0 || lane + 32 * i < 2 * ROWS * SPR) {
@@ -405,7 +430,9 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
         kc_commit();
     }
     u32 xa[NT][4 * XLD], xb[NT][4 * XLD];
+#if XT == 0
     if (warp < nsteps) load_x(xa, warp * U);
+#endif
     int d = 0;
     for (int st = warp; st < nsteps; st += KW) {
         const int ahead = st + (D - 1) * KW;
@@ -427,6 +454,25 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
                 kc_lds_words<SW>(bw[m][h], slot + ROWS * WSTRIDE + (ROWS + r) * SSTRIDE);
             }
 #endif
+#if XT > 0
+        // x from the slot: this lane's 16-value run of group u for token
+        // row g of each n-tile (rows past XT repeat the last).
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int i = 0; i < XLD; ++i) {
+                    const kc_u4 v = *reinterpret_cast<const kc_u4*>(
+                        slot + XOFF + min(8 * n + g, XT - 1) * XSTRIDE + (u * GROUP + tig * VPT + 8 * i) * 2);
+                    xa[n][4 * i + 0] = v.x;
+                    xa[n][4 * i + 1] = v.y;
+                    xa[n][4 * i + 2] = v.z;
+                    xa[n][4 * i + 3] = v.w;
+                }
+            group_math(slot, u, xa, sw, bw);
+        }
+#else
 #pragma unroll
         for (int u = 0; u < U; u += 2) {
             // x of the next group (the first group of the next step after the last).
@@ -444,6 +490,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
                     for (int i = 0; i < 4 * XLD; ++i) xa[n][i] = xb[n][i];
             }
         }
+#endif
         __syncwarp();
         d = (d + 1 == D) ? 0 : d + 1;
     }
