@@ -887,10 +887,14 @@ def sweep_configs(bits, group, t, in_f, out_f):
 # -----------------------------------------------------------------------------
 
 def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16, fsets: int = 0,
-              splits: int = 1) -> dict:
+              splits: int = 1, full: int = 0, sms: int = 0) -> dict:
     """A variant of wg.cu; the defaults are plugins/qmm/wgmma.go's wgMid
-    (fsets 0 keeps the kernel's FSETS; splits > 1 splits K across blocks)."""
-    cfg = dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _splits=splits, _arch="sm_90a")
+    (fsets 0 keeps the kernel's FSETS; splits > 1 splits K across blocks;
+    full: leading tiles left whole, -1 for the plugin's rule, with a
+    single token tile, of whole waves of `sms` (default the GPU's) unsplit
+    and the rest split)."""
+    cfg = dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _splits=splits, _full=full, _sms=sms,
+               _arch="sm_90a")
     if fsets:
         cfg["FSETS"] = fsets
     return cfg
@@ -899,14 +903,28 @@ def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: 
 def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
     """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go):
     256-token tiles above 128 tokens, K split into the most of 4 or 2
-    shares that fit one wave (each at least 16 groups); up to 128 tokens,
-    128-token tiles when those give more than one block per two SMs, else
-    64-token tiles."""
+    shares that fit one wave (each at least 16 groups), or, past whole
+    waves of a single token tile, the whole waves unsplit and the last
+    partial wave's tiles split in the smallest of 2, 3 or 4 shares that
+    most shortens it; up to 128 tokens, 128-token tiles when those give
+    more than one block per two SMs, else 64-token tiles."""
     sms = sms or SMS
     blocks = lambda bn: -(-out_f // 128) * -(-tokens // bn)
-    split = lambda bn: next((s for s in (4, 2) if blocks(bn) * s <= sms and in_f // 64 >= 16 * s), 1)
+    groups = in_f // 64
     if tokens > 128:
-        return wg_config(256, 3, 2, 3, 16, 2, split(256))
+        tiles = blocks(256)
+        if tiles <= sms:
+            split = next((s for s in (4, 2) if tiles * s <= sms and groups >= 16 * s), 1)
+            return wg_config(256, 3, 2, 3, 16, 2, split)
+        rest, best = tiles % sms, (1, 1)   # (rounds, shares) of the tail
+        if rest and tokens <= 256:
+            for s in (2, 3, 4):
+                rounds = -(-rest * s // sms)
+                if groups >= 16 * s and rounds * best[1] < best[0] * s:
+                    best = (rounds, s)
+        if best[1] > 1:
+            return wg_config(256, 3, 2, 3, 16, 2, best[1], tiles - rest)
+        return wg_config(256, 3, 2, 3, 16, 2)
     if tokens > 64 and 2 * blocks(128) > sms:
         return wg_config(128, 6, 2, 3, 16, 3)
     return wg_config(64, 6, 2, 3, 16, 3)
@@ -948,6 +966,18 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     bn, in_f, out_f = cfg["BN"], wt.in_f, wt.out_f
     tiles = -(-tokens // bn)
     splits = cfg.get("_splits", 1)
+    row_blocks = -(-out_f // (64 * cfg["WGS"]))
+    t_all = row_blocks * tiles
+    full = cfg.get("_full", 0)
+    if full < 0:   # the rule: whole waves of a single token tile unsplit, the rest split
+        sms = cfg.get("_sms") or SMS
+        full = t_all - t_all % sms if tiles == 1 and t_all > sms else 0
+    full = min(full, t_all)
+    if full == t_all:
+        splits = 1
+    if splits == 1:
+        full = 0
+    row_first = full * 64 * cfg["WGS"]
     xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f), dtype=torch.uint8, device="cuda")
     reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 else None
     smem = wg_smem(cfg)
@@ -959,23 +989,34 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     biases = wt.biases if biases is None else biases
     p = lambda t: np.uint64(t.data_ptr())
     args_prep = (p(x), p(xp), np.int32(tokens), np.int32(in_f))
-    args_scale = args_prep + (np.int32(out_f), np.int32(splits))
+    args_scale = args_prep + (np.int32(out_f), np.int32(splits), np.int32(row_first))
     bias_p = np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0)
-    args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f))
+    args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(row_first))
     args_main = (p(xp), p(w), p(scales), p(biases),
                  np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
-                 p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]), np.int32(splits))
-    row_blocks = -(-out_f // (64 * cfg["WGS"]))
+                 p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]), np.int32(splits),
+                 np.int32(full))
+    grid_main = full + (row_blocks * tiles - full) * splits
+    reduce_chunks = tokens * ((out_f - row_first) // 8)
     threads = wg_threads(cfg)
 
+    parts = [("scale", lambda: scale((tokens, 1, 1), (128, 1, 1), args_scale)),
+             ("prep", lambda: prep((tiles, in_f // 64, 1), (bn, 1, 1), args_prep)),
+             ("main", lambda: main((grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
+    if reduce is not None:
+        parts.append(("reduce", lambda: reduce((min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1), args_reduce)))
+
+    def on_stream(fn):
+        def go():
+            import cupy
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                fn()
+        return go
+
     def run():
-        import cupy
-        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            scale((tokens, 1, 1), (128, 1, 1), args_scale)
-            prep((tiles, in_f // 64, 1), (bn, 1, 1), args_prep)
-            main((row_blocks * tiles * splits, 1, 1), (threads, 1, 1), args_main, shared_mem=smem)
-            if reduce is not None:
-                reduce((min(-(-tokens * out_f // 8 // 256), 4 * SMS), 1, 1), (256, 1, 1), args_reduce)
+        for _, f in parts:
+            on_stream(f)()
+    run.parts = [(name, on_stream(f)) for name, f in parts]   # each launch alone (timing breakdowns)
     return run, xp
 
 
@@ -1043,12 +1084,13 @@ def run_wg(quick: bool, bench: bool = True):
                 ok, detail = ok_e and ok_o, f"{detail}; x*2^{xe} tokens /2^{xe}: {detail_o}"
             ok_all &= ok
             if not ok:
-                failed.add((variant_key(WG_CU, cfg), cfg["_splits"]))
+                failed.add((variant_key(WG_CU, cfg), cfg["_splits"], cfg["_full"]))
             print(f"{'PASS' if ok else 'FAIL'} wg {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
-                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']}{f' x*2^{xe}' if xe else ''}  {detail}", flush=True)
+                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']} full={cfg['_full']}"
+                  f"{f' x*2^{xe}' if xe else ''}  {detail}", flush=True)
         del wt
     if not WG_TIME_ALL:
-        cfgs = [c for c in cfgs if (variant_key(WG_CU, c), c["_splits"]) not in failed]   # time the correct ones only
+        cfgs = [c for c in cfgs if (variant_key(WG_CU, c), c["_splits"], c["_full"]) not in failed]   # time the correct ones only
     if not bench:
         return ok_all
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
@@ -1071,7 +1113,7 @@ def run_wg(quick: bool, bench: bool = True):
                     keep.append(ws)
                     fns.append(run)
                 ts = time_launches(fns)
-                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')} S={cfg['_splits']}"
+                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')} S={cfg['_splits']} full={cfg['_full']}"
                       f"{ts * 1e6:9.1f} {anchor / ts:7.2f}  {2 * t * in_f * out_f / ts / 1e12:6.0f} TFLOP/s"
                       f" (torch {2 * t * in_f * out_f / anchor / 1e12:4.0f})", flush=True)
         del qcopies, dense, wt
@@ -1147,7 +1189,8 @@ def main():
         ok = run_correctness(args.quick)
         if (not KERNELS or "wg" in KERNELS) and torch.cuda.get_device_capability(0) == (9, 0):
             WG_CONFIGS = [wg_choose(4096, 4096), wg_choose(256, 8192, in_f=4096), wg_choose(128, 14336),
-                          wg_choose(64, 4096)]   # the variants the plugin runs
+                          wg_choose(64, 4096),   # the variants the plugin runs
+                          wg_config(256, 3, 2, 3, 16, 2, 4, -1, 6)]   # whole waves of 6 tiles, then split in 4
             ok = run_wg(args.quick, bench=False) and ok
     if args.only in (None, "bench"):
         run_bench(args.quick, args.sweep)

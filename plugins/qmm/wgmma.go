@@ -142,7 +142,8 @@ type wgConfig struct {
 	AST    int // weight ring slots (8 groups each)
 	FSets  int // A fragment sets: groups in flight while the next is dequantised
 	Band   int // row blocks per raster band
-	Splits int // blocks sharing a tile along K (a launch setting, not a macro)
+	Splits int // blocks sharing a split tile along K (a launch setting, not a macro)
+	Full   int // leading tiles computed whole before the split ones (a launch setting)
 }
 
 // The three variants QMM's Hopper candidate runs: 256-token tiles (the
@@ -159,9 +160,12 @@ var (
 // chooseWG picks 256-token tiles above 128 tokens, split along K into the
 // most of 2 or 4 shares that still fit one wave, each share at least two
 // weight stages (14336→4096 at 256 tokens: 32 blocks × 4; 4096→14336: 112
-// blocks, unsplit). From 33 to 128 tokens it picks 128-token tiles when
-// those give more than one block per two multiprocessors, else 64-token
-// tiles.
+// blocks, unsplit). When a single token tile's row blocks overrun whole
+// waves, the whole waves stay unsplit and only the last partial wave's
+// tiles are split, so that they finish together (8192→28672 at 256 tokens:
+// 132 whole tiles, then 92 tiles × 4 shares, 1.75 tile times instead of 2).
+// From 33 to 128 tokens it picks 128-token tiles when those give more than
+// one block per two multiprocessors, else 64-token tiles.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
@@ -169,10 +173,27 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 	switch {
 	case req.Tokens > wgMid.BN:
 		c := wgWide
-		for _, s := range []int{4, 2} {
-			if blocks(c)*s <= sms && req.InFeatures/64 >= 16*s {
-				c.Splits = s
-				break
+		tiles, groups := blocks(c), req.InFeatures/64
+		if tiles <= sms {
+			for _, s := range []int{4, 2} {
+				if tiles*s <= sms && groups >= 16*s {
+					c.Splits = s
+					break
+				}
+			}
+			return c
+		}
+		if rest := tiles % sms; rest > 0 && req.Tokens <= c.BN {
+			// The tail's makespan in tile times is ceil(rest*s/sms)/s;
+			// take the smallest s that lowers it below one tile.
+			bestRounds, bestS := 1, 1
+			for _, s := range []int{2, 3, 4} {
+				if rounds := ceilDiv(rest*s, sms); groups >= 16*s && rounds*bestS < bestRounds*s {
+					bestRounds, bestS = rounds, s
+				}
+			}
+			if bestS > 1 {
+				c.Splits, c.Full = bestS, tiles-rest
 			}
 		}
 		return c
@@ -212,6 +233,17 @@ func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 	return n
 }
 
+// rowFirst is the first output row whose tiles are split: the split-K sums
+// and their reduction start there.
+func (c wgConfig) rowFirst() int { return c.Full * 64 * c.WGS }
+
+// mainBlocks is the main kernel's grid: one block per whole tile, Splits
+// per split one.
+func (c wgConfig) mainBlocks(req sdk.Request) int {
+	tiles := c.tiles(req) * ceilDiv(req.OutFeatures, 64*c.WGS)
+	return c.Full + (tiles-c.Full)*c.Splits
+}
+
 // wgLaunches are the launches of one call, in stream order.
 type wgLaunches struct {
 	scale  gpukernel.Launch  // each token's power-of-two scale (and cleared sums) into the workspace
@@ -223,34 +255,34 @@ type wgLaunches struct {
 // launches are the scale, prep, main and (split K) reduce kernels'
 // launches for req.
 func (c wgConfig) launches(req sdk.Request) wgLaunches {
-	tiles, rowBlocks := c.tiles(req), ceilDiv(req.OutFeatures, 64*c.WGS)
+	tiles := c.tiles(req)
 	bias := gpukernel.NullPointer
 	if req.Bias {
 		bias = sdk.BufferParam(affine.Bias)
 	}
 	ws := sdk.BufferParam(sdk.BufferWorkspace)
 	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
-	splits := sdk.Int32Param(int32(c.Splits))
+	splits, rowFirst := sdk.Int32Param(int32(c.Splits)), sdk.Int32Param(int32(c.rowFirst()))
 	var l wgLaunches
 	l.scale = gpukernel.Launch{
 		Grid: [3]uint32{uint32(req.Tokens), 1, 1}, Block: [3]uint32{wgScaleThreads, 1, 1},
-		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, splits},
+		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, splits, rowFirst},
 	}
 	l.prep = gpukernel.Launch{
 		Grid: [3]uint32{uint32(tiles), uint32(req.InFeatures / 64), 1}, Block: [3]uint32{uint32(c.BN), 1, 1},
 		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
 	}
 	l.main = gpukernel.Launch{
-		Grid: [3]uint32{uint32(rowBlocks * tiles * c.Splits), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
+		Grid: [3]uint32{uint32(c.mainBlocks(req)), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
 		SharedBytes: uint32(c.sharedBytes()),
 		Params: []sdk.Param{ws, sdk.BufferParam(affine.Weight), sdk.BufferParam(affine.Scales), sdk.BufferParam(affine.Biases),
-			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band)), splits},
+			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band)), splits, sdk.Int32Param(int32(c.Full))},
 	}
 	if c.Splits > 1 {
-		chunks := req.Tokens * (req.OutFeatures / 8)
+		chunks := req.Tokens * ((req.OutFeatures - c.rowFirst()) / 8)
 		l.reduce = &gpukernel.Launch{
 			Grid: [3]uint32{uint32(min(ceilDiv(chunks, wgReduceThreads), wgReduceBlocks)), 1, 1}, Block: [3]uint32{wgReduceThreads, 1, 1},
-			Params: []sdk.Param{ws, bias, sdk.BufferParam(affine.Y), tok, in, out},
+			Params: []sdk.Param{ws, bias, sdk.BufferParam(affine.Y), tok, in, out, rowFirst},
 		}
 	}
 	return l
@@ -258,5 +290,5 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 
 // describe names the variant for logs and admission reasons.
 func (c wgConfig) describe() string {
-	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d", c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits)
+	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d full=%d", c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, c.Full)
 }

@@ -28,25 +28,31 @@ func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
 }
 
 // The measured rule: 256-token tiles above 128 tokens, with K split in 4
-// or 2 when that still fits one wave; up to 128 tokens, 128-token tiles
-// when those give more than one block per two multiprocessors, else 64.
+// or 2 when that still fits one wave, or, past whole waves of a single
+// token tile, only the last partial wave's tiles split; up to 128 tokens,
+// 128-token tiles when those give more than one block per two
+// multiprocessors, else 64.
 func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 	for _, c := range []struct {
-		tokens, in, out, bn, splits int
+		tokens, in, out, bn, splits, full int
 	}{
-		{64, 4096, 14336, 64, 1},    // one narrow tile
-		{128, 4096, 14336, 128, 1},  // 112 blocks of 128 tokens
-		{128, 28672, 8192, 64, 1},   // 64 blocks of 128 tokens
-		{256, 4096, 14336, 256, 1},  // 112 blocks of 256 tokens
-		{256, 8192, 28672, 256, 1},  // 224 blocks
-		{256, 14336, 4096, 256, 4},  // 32 blocks × 4
-		{256, 28672, 8192, 256, 2},  // 64 blocks × 2
-		{256, 4096, 4096, 256, 4},   // 32 blocks × 4, 16 groups each
-		{256, 2048, 4096, 256, 2},   // 32 groups: two shares of 16
-		{4096, 14336, 4096, 256, 1}, // 512 blocks
+		{64, 4096, 14336, 64, 1, 0},     // one narrow tile
+		{128, 4096, 14336, 128, 1, 0},   // 112 blocks of 128 tokens
+		{128, 28672, 8192, 64, 1, 0},    // 64 blocks of 128 tokens
+		{256, 4096, 14336, 256, 1, 0},   // 112 blocks of 256 tokens
+		{256, 8192, 28672, 256, 4, 132}, // 224 tiles: a whole wave, then 92 × 4 (1.75 tile times, not 2)
+		{256, 4096, 17920, 256, 4, 132}, // 140 tiles: 8 × 4 after the wave
+		{200, 2048, 17920, 256, 2, 132}, // 32 groups: at most two shares
+		{256, 8192, 33792, 256, 1, 0},   // 264 tiles, two whole waves
+		{256, 14336, 4096, 256, 4, 0},   // 32 blocks × 4
+		{256, 28672, 8192, 256, 2, 0},   // 64 blocks × 2
+		{256, 4096, 4096, 256, 4, 0},    // 32 blocks × 4, 16 groups each
+		{256, 2048, 4096, 256, 2, 0},    // 32 groups: two shares of 16
+		{512, 8192, 28672, 256, 1, 0},   // 448 tiles over two token tiles
+		{4096, 14336, 4096, 256, 1, 0},  // 512 blocks
 	} {
 		got := chooseWG(int4Request(c.tokens, c.in, c.out), 132)
-		assert.Equal(t, []int{c.bn, c.splits}, []int{got.BN, got.Splits}, "%d tokens %dx%d", c.tokens, c.in, c.out)
+		assert.Equal(t, []int{c.bn, c.splits, c.full}, []int{got.BN, got.Splits, got.Full}, "%d tokens %dx%d", c.tokens, c.in, c.out)
 	}
 }
 
@@ -91,8 +97,9 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 // every token, row block and token tile, bind the workspace where the
 // kernels read and write it, and fit an H100/H200.
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
-	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136), int4Request(200, 4096, 1032)} {
-		req.Bias = req.Tokens == 129 || req.Tokens == 200
+	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136),
+		int4Request(200, 4096, 1032), int4Request(136, 4096, 17416)} {
+		req.Bias = req.Tokens != 33 && req.Tokens != 4096
 		c := chooseWG(req, 132)
 		l := c.launches(req)
 		scale, prep, main := l.scale, l.prep, l.main
@@ -100,8 +107,9 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		rowBlocks := (req.OutFeatures + 64*c.WGS - 1) / (64 * c.WGS)
 
 		assert.Equal(t, [3]uint32{uint32(req.Tokens), 1, 1}, scale.Grid, "one scale block per token")
-		require.Len(t, scale.Params, 6)
+		require.Len(t, scale.Params, 7)
 		assert.Equal(t, int32(c.Splits), int32Of(t, scale.Params[5]))
+		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, scale.Params[6]), "sums cleared from the first split row")
 		assert.Equal(t, affine.X, scale.Params[0].Buffer)
 		assert.Equal(t, sdk.BufferWorkspace, scale.Params[1].Buffer)
 
@@ -111,11 +119,11 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, affine.X, prep.Params[0].Buffer)
 		assert.Equal(t, sdk.BufferWorkspace, prep.Params[1].Buffer)
 
-		assert.Equal(t, uint32(rowBlocks*tiles*c.Splits), main.Grid[0], req.Key())
+		assert.Equal(t, uint32(c.Full+(rowBlocks*tiles-c.Full)*c.Splits), main.Grid[0], req.Key())
 		assert.Equal(t, uint32(128*c.WGS+128), main.Block[0])
 		static := 8*2*(c.Stages+c.AST) + 4*c.BN + 2*64*c.WGS // barriers, token scales, bias
 		assert.LessOrEqual(t, int(main.SharedBytes)+static, 232448, "fits the opt-in shared memory")
-		require.Len(t, main.Params, 11)
+		require.Len(t, main.Params, 12)
 		assert.Equal(t, sdk.BufferWorkspace, main.Params[0].Buffer)
 		assert.Equal(t, affine.Y, main.Params[5].Buffer)
 		if req.Bias {
@@ -126,13 +134,23 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, int32(req.Tokens), int32Of(t, main.Params[6]))
 		assert.Equal(t, int32(c.Band), int32Of(t, main.Params[9]))
 		assert.Equal(t, int32(c.Splits), int32Of(t, main.Params[10]))
+		assert.Equal(t, int32(c.Full), int32Of(t, main.Params[11]))
 		if c.Splits == 1 {
 			assert.Nil(t, l.reduce, "no reduction without a split K")
 			continue
 		}
 		require.NotNil(t, l.reduce, req.Key())
-		assert.Equal(t, [3]uint32{101, 1, 1}, l.reduce.Grid, "200 tokens × 129 chunks of 8 outputs, 256 per block")
-		require.Len(t, l.reduce.Params, 6)
+		if c.Full == 0 {
+			assert.Equal(t, [3]uint32{101, 1, 1}, l.reduce.Grid, "200 tokens × 129 chunks of 8 outputs, 256 per block")
+		} else {
+			// 136 tokens, 137 row blocks of 128: 132 whole, then 5 split in 4;
+			// the reduction covers rows 16896..17415, 65 chunks of 8 per token.
+			assert.Equal(t, []int{4, 132}, []int{c.Splits, c.Full}, req.Key())
+			assert.Equal(t, uint32(132+5*4), main.Grid[0])
+			assert.Equal(t, [3]uint32{35, 1, 1}, l.reduce.Grid, "136 tokens × 65 chunks, 256 per block")
+		}
+		require.Len(t, l.reduce.Params, 7)
+		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, l.reduce.Params[6]))
 		assert.Equal(t, sdk.BufferWorkspace, l.reduce.Params[0].Buffer)
 		assert.Equal(t, affine.Y, l.reduce.Params[2].Buffer)
 

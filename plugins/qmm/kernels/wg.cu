@@ -5,25 +5,29 @@
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
 // Entry points, launched in this order on one stream:
-//   affine_wg_scale(x, ws, tokens, in_features, out_features, splits)
+//   affine_wg_scale(x, ws, tokens, in_features, out_features, splits, row_first)
 //     grid (tokens), block 128. Writes each token's power-of-two scale
 //     sigma, with max|x| / sigma in [2^14, 2^15), so that x / sigma fits
 //     fp16 and keeps every value within 2^-28 of the token's largest
-//     exact; with splits > 1 it also clears the token's row of the
-//     split-K sums.
+//     exact; with splits > 1 it also clears the token's split-K sums of
+//     outputs row_first and up.
 //   affine_wg_prep(x, ws, tokens, in_features)
 //     grid (ceil(tokens/BN), in/64), block BN: one thread per (token, group).
 //     Writes one STAGE_BYTES block per (token tile, group): x / sigma in
 //     fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0.
-//   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits)
-//     grid (ceil(out/ROWS) * ceil(tokens/BN) * splits), block THREADS,
-//     dynamic shared memory SMEM_BYTES; blocks are rastered in bands of
-//     `band` row blocks, and split s of a tile takes the s-th share of the
-//     groups (whole weight stages). With splits == 1 it writes y; else it
-//     adds its fp32 share into the sums (red.global.add) and
-//   affine_wg_reduce(ws, bias, y, tokens, in, out)
-//     (any grid, block 256) writes y = bf16(sum + bias).
+//   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits, full)
+//     grid (full + (T - full) * splits) with T = ceil(out/ROWS) *
+//     ceil(tokens/BN) tiles, block THREADS, dynamic shared memory
+//     SMEM_BYTES. Tiles are rastered in bands of `band` row blocks; the
+//     first `full` tiles (whole waves) take one block each and write y;
+//     each later tile takes `splits` blocks, split s computing the s-th
+//     share of the groups (whole weight stages) and adding its fp32 share
+//     into the sums (red.global.add). With a split,
+//   affine_wg_reduce(ws, bias, y, tokens, in, out, row_first)
+//     (any grid, block 256) writes y = bf16(sum + bias) for outputs
+//     row_first and up: the split tiles' rows (full is 0 or a whole number
+//     of row blocks of a single token tile, row_first = full * ROWS).
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
 // then ceil(tokens/BN) * BN floats of sigma, then (splits > 1) tokens * out
 // floats of sums.
@@ -167,11 +171,11 @@ KC_DEV long long kc_sum_offset(int tokens, int in_features) {
 // Scale: sigma[t] = 1, or 2^(e - 14) when max|x[t]| = 2^e * m >= 2^15.
 extern "C" __global__ void __launch_bounds__(SCALE_THREADS)
 affine_wg_scale(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features,
-                int out_features, int splits)
+                int out_features, int splits, int row_first)
 {
-    if (splits > 1) {   // clear this token's row of the split-K sums
-        float4* sum = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features)) + (long long)blockIdx.x * (out_features / 4);
-        for (int i = threadIdx.x; i < out_features / 4; i += SCALE_THREADS) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (splits > 1) {   // clear this token's split-K sums from output row_first on
+        float4* sum = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features) + ((long long)blockIdx.x * out_features + row_first) * 4);
+        for (int i = threadIdx.x; i < (out_features - row_first) / 4; i += SCALE_THREADS) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     __shared__ u32 part[SCALE_THREADS / 32];
     const int tok = blockIdx.x;
@@ -371,7 +375,7 @@ KC_DEV void kc_wgmma(float (&d)[NACC], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc)
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
           const u16* __restrict__ scales, const u16* __restrict__ biases, const u16* __restrict__ bias,
-          u16* __restrict__ y, int tokens, int in_features, int out_features, int band, int splits)
+          u16* __restrict__ y, int tokens, int in_features, int out_features, int band, int splits, int full)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     // full[STAGES], empty[STAGES] for x; afull[AST], aempty[AST] for weights
@@ -387,7 +391,11 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int row_blocks = (out_features + ROWS - 1) / ROWS;
     const int tiles = (tokens + BN - 1) / BN;
     const int per_band = band * tiles;
-    const int split = blockIdx.x % splits, block = blockIdx.x / splits;
+    // Tiles before `full` take one block each, later ones `splits` blocks.
+    const bool whole = (int)blockIdx.x < full;
+    const int nsplit = whole ? 1 : splits;
+    const int split = whole ? 0 : ((int)blockIdx.x - full) % splits;
+    const int block = whole ? (int)blockIdx.x : full + ((int)blockIdx.x - full) / splits;
     const int bid = block / per_band, rem = block - bid * per_band;
     const int bsz = min(band, row_blocks - bid * band);
     const int row0 = (bid * band + rem % bsz) * ROWS, tile = rem / bsz;
@@ -395,8 +403,8 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // stages (so scale copies stay 16-byte aligned); a share is empty only
     // when there are fewer stages than splits.
     const int wstages = (groups + AG - 1) / AG;
-    const int g0 = split * wstages / splits * AG;
-    const int n = min(groups, (split + 1) * wstages / splits * AG) - g0;
+    const int g0 = split * wstages / nsplit * AG;
+    const int n = min(groups, (split + 1) * wstages / nsplit * AG) - g0;
     if (n <= 0) return;
 
     const u32 sbase = kc_smem(smem), abase = sbase + STAGES * STAGE_BYTES;
@@ -601,7 +609,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // row rl0 (e < 2) or rl0 + 8, local token 8j + 2tig + (e&1)), then
     // coalesced 16-byte stores of 8 rows each.
     kc_consumer_sync();
-    if (splits > 1) {
+    if (nsplit > 1) {
         // Split along K: this block's share of acc * sigma is added into the
         // fp32 sum in the workspace (bias and bf16 come in affine_wg_reduce),
         // through shared memory (both rings are free now) as 16-byte
@@ -655,13 +663,14 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 // per thread, grid-stride.
 extern "C" __global__ void __launch_bounds__(256)
 affine_wg_reduce(const unsigned char* __restrict__ ws, const u16* __restrict__ bias, u16* __restrict__ y,
-                 int tokens, int in_features, int out_features)
+                 int tokens, int in_features, int out_features, int row_first)
 {
     const float* sum = reinterpret_cast<const float*>(ws + kc_sum_offset(tokens, in_features));
-    const long long chunks = (long long)tokens * (out_features / 8);
+    const int per_tok = (out_features - row_first) / 8;
+    const long long chunks = (long long)tokens * per_tok;
     for (long long c = blockIdx.x * 256ll + threadIdx.x; c < chunks; c += (long long)gridDim.x * 256) {
-        const long long tok = c / (out_features / 8);
-        const int row = (int)(c - tok * (out_features / 8)) * 8;
+        const long long tok = c / per_tok;
+        const int row = row_first + (int)(c - tok * per_tok) * 8;
         const float4 a = *reinterpret_cast<const float4*>(sum + tok * out_features + row);
         const float4 b = *reinterpret_cast<const float4*>(sum + tok * out_features + row + 4);
         float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};

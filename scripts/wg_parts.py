@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Times each launch of the wgmma path (scale, prep, main, reduce) alone and
+the whole call, at the variant qmm/wgmma picks (development tool):
+
+    python3 scripts/wg_parts.py [--tokens 256] [--shapes 4096x4096,...]
+
+Each part is timed like scripts/affine_kernels.py times kernels (CUDA
+graphs; the main kernel's weights rotated beyond L2), so the parts' sum
+against the whole call shows what the launches between them cost.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import affine_kernels as ak  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--shapes", default="4096x4096,4096x14336,14336x4096,8192x28672,28672x8192")
+    args = ap.parse_args()
+    ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
+    t = args.tokens
+    print(f"{'shape':>13s} {'tok':>5s} | {'variant':24s} | {'scale':>6s} {'prep':>6s} {'main':>7s} {'reduce':>6s} "
+          f"{'sum':>7s} {'call':>7s} us")
+    for shape in args.shapes.split(","):
+        in_f, out_f = (int(v) for v in shape.split("x"))
+        cfg = ak.wg_choose(t, out_f, in_f=in_f)
+        wt = ak.Weights(4, 64, in_f, out_f, False, seed=1, keep_dense=False)
+        copies = [(wt.w, wt.scales, wt.biases)] + [(wt.w.clone(), wt.scales.clone(), wt.biases.clone())
+                                                   for _ in range(ak._copies(wt.nbytes()) - 1)]
+        x = (torch.rand((t, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
+        y = torch.empty((t, out_f), device="cuda", dtype=torch.int16)
+        runs = [ak.wg_launch_fns(cfg, wt, x, y, t, w, s, b) for (w, s, b) in copies]
+        call = ak.time_launches([r for r, _ in runs])
+        times = {}
+        for name, _ in runs[0][0].parts:
+            fns = [dict(r.parts)[name] for r, _ in runs] if name == "main" else [dict(runs[0][0].parts)[name]]
+            times[name] = ak.time_launches(fns)
+        label = f"S={cfg['_splits']} full={cfg['_full']} BN={cfg['BN']}"
+        print(f"{in_f:6d}->{out_f:<6d} {t:5d} | {label:24s} | " + " ".join(
+            f"{times.get(k, 0) * 1e6:{7 if k == 'main' else 6}.1f}" for k in ("scale", "prep", "main", "reduce"))
+            + f" {sum(times.values()) * 1e6:7.1f} {call * 1e6:7.1f}", flush=True)
+        del runs, copies, wt
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
