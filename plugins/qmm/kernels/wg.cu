@@ -26,14 +26,15 @@
 //     into the sums (red.global.add). With a split,
 //   affine_wg_reduce(ws, bias, y, tokens, in, out, row_first)
 //     (any grid, block 256) writes y = bf16(sum + bias) for outputs
-//     row_first and up: the split tiles' rows (full is 0 or a whole number
-//     of row blocks of a single token tile, row_first = full * ROWS).
+//     row_first and up, the split tiles' rows: row_first = full * ROWS
+//     (full > 0 only with a single token tile, whose tiles are its row
+//     blocks in order).
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
 // then ceil(tokens/BN) * BN floats of sigma, then (splits > 1) tokens * out
 // floats of sums.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
-// groups, so at least two groups), out_features a multiple of 8, band >= 1
-// and splits >= 1.
+// groups, so at least two groups), out_features a multiple of 8, band >= 1,
+// splits >= 1 and 0 <= full <= T.
 //
 // NUMERICS
 //   Weights are dequantised to fp16 in registers, s*q + b with one rounding
