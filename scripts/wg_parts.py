@@ -22,14 +22,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--shapes", default="4096x4096,4096x14336,14336x4096,8192x28672,28672x8192")
+    ap.add_argument("--define", action="append", default=[], help="extra wg.cu macro K=V (diagnostics)")
     args = ap.parse_args()
+    extra = {k: int(v) for k, v in (d.split("=") for d in args.define)}
     ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
     t = args.tokens
     print(f"{'shape':>13s} {'tok':>5s} | {'variant':24s} | {'scale':>6s} {'prep':>6s} {'main':>7s} {'reduce':>6s} "
           f"{'sum':>7s} {'call':>7s} us")
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))
-        cfg = ak.wg_choose(t, out_f, in_f=in_f)
+        cfg = dict(ak.wg_choose(t, out_f, in_f=in_f), **extra)
         wt = ak.Weights(4, 64, in_f, out_f, False, seed=1, keep_dense=False)
         copies = [(wt.w, wt.scales, wt.biases)] + [(wt.w.clone(), wt.scales.clone(), wt.biases.clone())
                                                    for _ in range(ak._copies(wt.nbytes()) - 1)]
@@ -41,7 +43,7 @@ def main():
         for name, _ in runs[0][0].parts:
             fns = [dict(r.parts)[name] for r, _ in runs] if name == "main" else [dict(runs[0][0].parts)[name]]
             times[name] = ak.time_launches(fns)
-        label = f"S={cfg['_splits']} full={cfg['_full']} BN={cfg['BN']}"
+        label = f"S={cfg['_splits']} full={cfg['_full']} BN={cfg['BN']}" + "".join(f" {k}={v}" for k, v in extra.items())
         print(f"{in_f:6d}->{out_f:<6d} {t:5d} | {label:24s} | " + " ".join(
             f"{times.get(k, 0) * 1e6:{7 if k == 'main' else 6}.1f}" for k in ("scale", "prep", "main", "reduce"))
             + f" {sum(times.values()) * 1e6:7.1f} {call * 1e6:7.1f}", flush=True)

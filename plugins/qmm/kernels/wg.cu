@@ -113,6 +113,9 @@ typedef unsigned long long u64;
 #error "AST must be at least 2: a consumer releases a weight stage only after reading the next one's first group"
 #endif
 #define GROUP 64
+#ifndef WG_DIAG_NORED
+#define WG_DIAG_NORED 0   // diagnostic only: 1 skips the split-K reductions (wrong results; times their cost)
+#endif
 #define STEP_BYTES (BN * 32)                 // one k16 step of B
 #define XT_BYTES (4 * STEP_BYTES)            // one group of B
 #define STAGE_BYTES XT_BYTES                 // one group of x per stage
@@ -628,7 +631,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         for (int c = tid; c < BN * (ROWS / 4); c += WGS * 128) {
             const int tl = c / (ROWS / 4), rc = c % (ROWS / 4);
             const int tok = tile * BN + tl, row = row0 + 4 * rc;
-            if (tok < tokens && row < out_features) {
+            if (tok < tokens && row < out_features && !WG_DIAG_NORED) {
                 const float4 v = *reinterpret_cast<const float4*>(ftile + tl * FTILE_LD + 4 * rc);
                 asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
                              :: "l"(sum + (long long)tok * out_features + row), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
