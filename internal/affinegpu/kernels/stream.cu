@@ -65,7 +65,8 @@
 //             exact; x pairs (x_j, x_j+4) are one prmt each.
 //     8 bits: q = l + 16h is read as two nibble streams; the h stream meets
 //             16*x (exact: a power of two), so the same lop3 unpacking serves.
-//   x comes from global memory (L1), one group ahead of its use. The mma's
+//   x comes from global memory (L1), one group ahead of its use, or
+//   (XT > 0) from the ring slot, where it arrived with the step's weights. The mma's
 //   fp32 accumulator t for one group is folded as
 //       acc += s*t + (b - C*s)*xsum,   C = 128 (4 bits) or 128*17 (8 bits),
 //   exact algebra of s*q + b. xsum (per token and group) comes from one more
