@@ -155,8 +155,9 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     while kw > 1 and groups // u < 2 * kw:
         kw //= 2
     cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)
-    if nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32):
-        cfg["MINB"] = 16 // kw   # 16 warps per SM at decode once the grid exceeds the SMs
+    if (nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32)
+            and (16 // kw) * (stream_smem_bytes(cfg) + 1024) <= 228 * 1024):
+        cfg["MINB"] = 16 // kw   # 16 warps per SM at decode once the grid exceeds the SMs (if they fit)
     cfg.update(STREAM_OVER)
     cfg.update(over)
     if nt == 1 and blocks <= sms and "XT" not in cfg:
@@ -168,6 +169,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         cfg["XT"] = min(8 * nt, tokens)
     if cfg.get("XT", 1) == 0:
         del cfg["XT"]
+    elif "XT" in cfg and cfg["XT"] < min(8 * cfg["NT"], tokens):
+        raise ValueError(f"XT={cfg['XT']} leaves tokens of an {8 * cfg['NT']}-token tile without x")
     if cfg.get("SPK", 0):
         del cfg["SPK"]   # the kernel's default
     if groups % cfg["U"] or cfg["U"] < 2 or (cfg["U"] * gbytes) % 128 or (cfg["MT"] == 4 and cfg["NT"] != 1):
@@ -853,7 +856,9 @@ def sweep_configs(bits, group, t, in_f, out_f):
     if sbase and STREAM_CONFIGS:
         for mt, kw, u, d, minb, xt in STREAM_CONFIGS:
             c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d, MINB=minb, XT=xt)
-            if c and stream_smem_bytes(c) * minb <= 227 * 1024:
+            if c and c.get("MINB") == 1:
+                del c["MINB"]   # the kernel's default
+            if c and c != sbase and stream_smem_bytes(c) * minb <= 227 * 1024:
                 out.append(("stream", STREAM_CU, c))
     elif sbase:
         for mt in (1, 2):
@@ -861,8 +866,10 @@ def sweep_configs(bits, group, t, in_f, out_f):
                 for d in (2, 3):
                     for minb in ((1, 5, 6) if kw == 4 else (1, 2, 3)):
                         c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, D=d)
-                        if c:
+                        if c and minb > 1:
                             c["MINB"] = minb
+                        elif c:
+                            c.pop("MINB", None)
                         if c and c != sbase and stream_smem_bytes(c) * minb <= 227 * 1024:
                             out.append(("stream", STREAM_CU, c))
     if STREAM_ONLY:
@@ -972,7 +979,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     if full < 0:   # the rule: whole waves of a single token tile unsplit, the rest split
         sms = cfg.get("_sms") or SMS
         full = t_all - t_all % sms if tiles == 1 and t_all > sms else 0
-    full = min(full, t_all)
+    full = min(full, t_all) if tiles == 1 else 0   # split tails need a single token tile
     if full == t_all:
         splits = 1
     if splits == 1:
@@ -1146,7 +1153,7 @@ def main():
                     "timed instead of the built-in stream sweep")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
-    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS]],... (default WG_CONFIGS)")
+    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS]]]],... (default WG_CONFIGS)")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     args = ap.parse_args()

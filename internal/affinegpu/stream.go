@@ -87,11 +87,13 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	// At decode, when the grid is more than one block per SM, registers
 	// for 16 warps per SM (128 per thread): 256 blocks of 8 warps then fit
 	// one wave. With 4-bit group 32 that would spill, so it keeps 1.
-	minB := 1
-	if nt == 1 && blocks > sms && (kw == 4 || kw == 8) && !(bits == 4 && group == 32) {
-		minB = 16 / kw
+	// Only when shared memory lets that many blocks reside (an SM has
+	// 228 KiB, 1 KiB of it reserved per block).
+	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: 1}
+	if nt == 1 && blocks > sms && (kw == 4 || kw == 8) && !(bits == 4 && group == 32) &&
+		(16/kw)*(cfg.SharedBytes()+1024) <= streamSMShared {
+		cfg.MinB = 16 / kw
 	}
-	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: minB}
 	// At decode with at most one block per SM, x travels in the ring with
 	// the weights: a lone block's warps cannot hide x's global latency.
 	if nt == 1 && blocks <= sms {
@@ -105,8 +107,11 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 }
 
 // streamMaxShared bounds a variant's dynamic shared memory (H100/H200
-// allow 227 KiB per block).
-const streamMaxShared = 227 << 10
+// allow 227 KiB per block); streamSMShared is an SM's shared memory.
+const (
+	streamMaxShared = 227 << 10
+	streamSMShared  = 228 << 10
+)
 
 // Defines are the kernel's -D macros.
 func (c StreamConfig) Defines() map[string]int {

@@ -162,8 +162,10 @@ var (
 // weight stages (14336→4096 at 256 tokens: 32 blocks × 4; 4096→14336: 112
 // blocks, unsplit). When a single token tile's row blocks overrun whole
 // waves, the whole waves stay unsplit and only the last partial wave's
-// tiles are split, so that they finish together (8192→28672 at 256 tokens:
-// 132 whole tiles, then 92 tiles × 4 shares, 1.75 tile times instead of 2).
+// tiles are split, so that they finish sooner (4096→18944 at 256 tokens:
+// 132 whole tiles, then 16 tiles × 4 shares, 1.25 tile times instead of 2,
+// measured 112.9 → 78.9 µs; at 8192→28672, 92 tiles × 4 shares would make
+// 1.75 instead of 2, but their fp32 atomics cost as much, a tie).
 // From 33 to 128 tokens it picks 128-token tiles when those give more than
 // one block per two multiprocessors, else 64-token tiles.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
@@ -185,7 +187,7 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 		}
 		if rest := tiles % sms; rest > 0 && req.Tokens <= c.BN {
 			// The tail's makespan in tile times is ceil(rest*s/sms)/s;
-			// take the smallest s that lowers it below one tile.
+			// take the s that makes it shortest (the smaller s on a tie).
 			bestRounds, bestS := 1, 1
 			for _, s := range []int{2, 3, 4} {
 				if rounds := ceilDiv(rest*s, sms); groups >= 16*s && rounds*bestS < bestRounds*s {

@@ -201,7 +201,8 @@ KC_DEV void kc_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
 // Per-warp ring slot: ROWS rows of SEG packed bytes (row stride WSTRIDE), then
-// the rows' U scales and U biases (stride SSTRIDE each).
+// the rows' U scales and U biases (stride SSTRIDE each), then (XT > 0) XT
+// token rows of the step's x at XOFF (stride XSTRIDE).
 #define ROWS (16 * MT)
 #define GBYTES (GROUP * BITS / 8)            // packed bytes per row and group
 #define SEG (U * GBYTES)                     // packed bytes per row and step
@@ -211,7 +212,7 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #define SCP (SSEG < 16 ? SSEG : 16)          // bytes per cp.async of scales
 #define SSTRIDE (SSEG < 16 ? 16 : SSEG)
 #define XSEG (U * GROUP * 2)                 // x bytes per token and step (XT > 0)
-#define XSTRIDE (XSEG + 16)                  // padding: token rows start in different banks
+#define XSTRIDE (XSEG + 16)                  // padding: conflict-free x reads for GROUP 64 (2-way for 32 and 128)
 #define XOFF (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
 #define SLOT (XOFF + XT * XSTRIDE)
 #if SEG % 128 != 0 || SEG > 512
@@ -298,6 +299,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
         }
     };
 
+#if XT == 0
     // This lane's tokens for the B operand (column g of each n-tile), clamped.
     const u16* xrow[NT];
 #pragma unroll
@@ -315,6 +317,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
                 xw[n][4 * i + 3] = v.w;
             }
     };
+#endif
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -423,16 +426,18 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     // Steps warp, warp+KW, ...: the KW warps of a block read neighbouring
     // stretches of the same rows. Each warp streams its steps through its own
     // ring of D slots with cp.async (D-1 steps in flight), so no block-wide
-    // barrier is needed until the final reduction. x for the next group is
-    // loaded while the current group's math runs.
+    // barrier is needed until the final reduction. Without XT, x for the
+    // next group is loaded while the current group's math runs.
 #pragma unroll
     for (int d = 0; d < D - 1; ++d) {
         if (warp + d * KW < nsteps) issue(d, warp + d * KW);
         kc_commit();
     }
-    u32 xa[NT][4 * XLD], xb[NT][4 * XLD];
 #if XT == 0
+    u32 xa[NT][4 * XLD], xb[NT][4 * XLD];
     if (warp < nsteps) load_x(xa, warp * U);
+#else
+    u32 xa[NT][4 * XLD];
 #endif
     int d = 0;
     for (int st = warp; st < nsteps; st += KW) {

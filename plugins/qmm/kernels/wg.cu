@@ -34,7 +34,7 @@
 // floats of sums.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
 // groups, so at least two groups), out_features a multiple of 8, band >= 1,
-// splits >= 1 and 0 <= full <= T.
+// splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1.
 //
 // NUMERICS
 //   Weights are dequantised to fp16 in registers, s*q + b with one rounding
