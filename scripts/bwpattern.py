@@ -26,27 +26,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import affine_kernels as ak  # noqa: E402
+import bwprobe  # noqa: E402
 
-SRC = r'''
-typedef unsigned int u32;
-struct alignas(16) u4 { u32 x, y, z, w; };
-__device__ __forceinline__ u4 ld(const unsigned char* p) {
-    u4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-}
-extern "C" __global__ void flat(const unsigned char* w, long long n16, u32* out) {
-    u32 acc = 0;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < n16; i += 4 * stride) {
-        const u4 a = ld(w + 16 * i), b = ld(w + 16 * (i + stride)), c = ld(w + 16 * (i + 2 * stride)), d = ld(w + 16 * (i + 3 * stride));
-        acc ^= a.x ^ b.y ^ c.z ^ d.w;
-    }
-    for (; i < n16; i += stride) acc ^= ld(w + 16 * i).x;
-    if (acc == 0x12345678u) out[0] = acc;
-}
+# bwprobe's source (u4, the streaming load ld() and the flat kernel), then
+# the walks below.
+SRC = bwprobe.SRC + r'''
 #ifdef SEG
 #define P (R * SEG / 512)
 extern "C" __global__ void tile(const unsigned char* w, int rowbytes, u32* out) {
