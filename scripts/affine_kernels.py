@@ -413,19 +413,27 @@ def get_kernel(path: Path, cfg: dict, smem: int, name: str | None = None):
             opts = tuple(o for o in art["options"] if not o.startswith("-arch"))
             m["module"] = cupy.RawModule(code=art["source"], options=opts, backend="nvrtc")
     if name is not None and name != ENTRY[path]:
-        return m["module"].get_function(name)
+        kern = m["module"].get_function(name)
+        if smem > 48 << 10:
+            _set_max_smem(kern, smem)
+        return kern
     if m["kernel"] is None:
         m["kernel"] = m["module"].get_function(ENTRY[path])
     kern = m["kernel"]
     if smem > m["smem"]:
-        try:
-            kern.max_dynamic_shared_size_bytes = smem
-        except Exception:
-            from cupy.cuda import driver
-            fn = getattr(kern, "kernel", kern)
-            driver.funcSetAttribute(fn.ptr, 8, smem)  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _set_max_smem(kern, smem)
         m["smem"] = smem
     return kern
+
+
+def _set_max_smem(kern, smem: int):
+    """Lets kern launch with smem bytes of dynamic shared memory."""
+    try:
+        kern.max_dynamic_shared_size_bytes = smem
+    except Exception:
+        from cupy.cuda import driver
+        fn = getattr(kern, "kernel", kern)
+        driver.funcSetAttribute(fn.ptr, 8, smem)  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
 def occupancy(path: Path, cfg: dict, threads: int, smem: int) -> int:
@@ -955,9 +963,9 @@ def wg_smem(cfg: dict) -> int:
 
 def wg_serves(tokens: int, in_f: int, bits: int = 4, group: int = 64) -> bool:
     """What qmm/wgmma admits (plugins/qmm/wgmma.go): int4 g64, in % 128 == 0,
-    33 or more tokens, compute capability 9.0."""
+    in <= 57344, 33 or more tokens, compute capability 9.0."""
     import torch
-    return (bits == 4 and group == 64 and in_f % 128 == 0 and tokens > 32
+    return (bits == 4 and group == 64 and in_f % 128 == 0 and in_f <= 57344 and tokens > 32
             and torch.cuda.get_device_capability(0) == (9, 0))
 
 
@@ -966,7 +974,7 @@ def wg_threads(cfg: dict) -> int:
 
 
 def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
-    """A callable launching scale, prep, main (and, split K, reduce) on
+    """A callable launching xprep, main (and, split K, reduce) on
     torch's stream, and its workspace."""
     import numpy as np
     import torch
@@ -988,15 +996,13 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f), dtype=torch.uint8, device="cuda")
     reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 else None
     smem = wg_smem(cfg)
-    scale = get_kernel(WG_CU, cfg, 0, name="affine_wg_scale")
-    prep = get_kernel(WG_CU, cfg, 0, name="affine_wg_prep")
+    xprep = get_kernel(WG_CU, cfg, 4 * in_f, name="affine_wg_xprep")
     main = get_kernel(WG_CU, cfg, smem)
     w = wt.w if w is None else w
     scales = wt.scales if scales is None else scales
     biases = wt.biases if biases is None else biases
     p = lambda t: np.uint64(t.data_ptr())
-    args_prep = (p(x), p(xp), np.int32(tokens), np.int32(in_f))
-    args_scale = args_prep + (np.int32(out_f), np.int32(splits), np.int32(row_first))
+    args_xprep = (p(x), p(xp), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(splits), np.int32(row_first))
     bias_p = np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0)
     args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(row_first))
     args_main = (p(xp), p(w), p(scales), p(biases),
@@ -1007,8 +1013,9 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     reduce_chunks = tokens * ((out_f - row_first) // 8)
     threads = wg_threads(cfg)
 
-    parts = [("scale", lambda: scale((tokens, 1, 1), (128, 1, 1), args_scale)),
-             ("prep", lambda: prep((tiles, in_f // 64, 1), (bn, 1, 1), args_prep)),
+    # xprep: two tokens per block over the padded tiles, their rows of x in
+    # shared memory (XPREP_TOKENS, XPREP_THREADS in wg.cu)
+    parts = [("xprep", lambda: xprep((tiles * bn // 2, 1, 1), (128, 1, 1), args_xprep, shared_mem=4 * in_f)),
              ("main", lambda: main((grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
     if reduce is not None:
         parts.append(("reduce", lambda: reduce((min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1), args_reduce)))
@@ -1061,7 +1068,7 @@ def run_wg(quick: bool, bench: bool = True):
                 if "Performance" in line or "serializ" in line or re.search(r"[1-9]\d* bytes spill", line):
                     print("#   ", entry, line.strip()[:300], flush=True)
     # xe: odd tokens' x scaled by 2^xe, beyond fp16's range either way, so
-    # the kernel's per-token power-of-two scaling (affine_wg_scale) is what
+    # the kernel's per-token power-of-two scaling (affine_wg_xprep) is what
     # keeps them exact; they are checked against a tolerance scaled alike.
     for ci, (in_f, out_f, t, bias, xe) in enumerate([(1024, 1032, 37, True, 0), (4096, 4096, 128, False, 0),
                                                      (2048, 512, 300, True, 0), (4096, 14336, 256, False, 0),

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Times each launch of the wgmma path (scale, prep, main, reduce) alone and
-the whole call, at the variant qmm/wgmma picks (development tool):
+"""Times each launch of the wgmma path (xprep, main, reduce) alone and the
+whole call, at the variant qmm/wgmma picks (development tool):
 
     python3 scripts/wg_parts.py [--tokens 256] [--shapes 4096x4096,...]
 
 Each part is timed like scripts/affine_kernels.py times kernels (CUDA
 graphs; the main kernel's weights rotated beyond L2), so the parts' sum
-against the whole call shows what the launches between them cost.
+against the whole call shows what the launches between them cost. The
+whole call is timed before and after the parts, which shows how much the
+order of timing moves a figure.
 """
 import argparse
 import sys
@@ -27,8 +29,8 @@ def main():
     extra = {k: int(v) for k, v in (d.split("=") for d in args.define)}
     ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
     t = args.tokens
-    print(f"{'shape':>13s} {'tok':>5s} | {'variant':24s} | {'scale':>6s} {'prep':>6s} {'main':>7s} {'reduce':>6s} "
-          f"{'sum':>7s} {'call':>7s} us")
+    print(f"{'shape':>13s} {'tok':>5s} | {'variant':24s} | {'xprep':>6s} {'main':>7s} {'reduce':>6s} "
+          f"{'sum':>7s} {'call':>7s} {'again':>7s} us")
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))
         cfg = dict(ak.wg_choose(t, out_f, in_f=in_f), **extra)
@@ -43,10 +45,11 @@ def main():
         for name, _ in runs[0][0].parts:
             fns = [dict(r.parts)[name] for r, _ in runs] if name == "main" else [dict(runs[0][0].parts)[name]]
             times[name] = ak.time_launches(fns)
+        again = ak.time_launches([r for r, _ in runs])
         label = f"S={cfg['_splits']} full={cfg['_full']} BN={cfg['BN']}" + "".join(f" {k}={v}" for k, v in extra.items())
         print(f"{in_f:6d}->{out_f:<6d} {t:5d} | {label:24s} | " + " ".join(
-            f"{times.get(k, 0) * 1e6:{7 if k == 'main' else 6}.1f}" for k in ("scale", "prep", "main", "reduce"))
-            + f" {sum(times.values()) * 1e6:7.1f} {call * 1e6:7.1f}", flush=True)
+            f"{times.get(k, 0) * 1e6:{7 if k == 'main' else 6}.1f}" for k in ("xprep", "main", "reduce"))
+            + f" {sum(times.values()) * 1e6:7.1f} {call * 1e6:7.1f} {again * 1e6:7.1f}", flush=True)
         del runs, copies, wt
         torch.cuda.empty_cache()
 

@@ -20,16 +20,20 @@ var wgCode string
 var wgSource = gpukernel.Source{Name: "wg.cu", Code: wgCode}
 
 const (
-	wgEntry      = "affine_wg"
-	wgScaleEntry = "affine_wg_scale"
-	wgPrepEntry  = "affine_wg_prep"
+	wgEntry = "affine_wg"
+	// wgXPrepEntry writes the token scales and the fp16 copy of x.
+	wgXPrepEntry = "affine_wg_xprep"
 	// wgReduceEntry writes y from the split-K sums.
 	wgReduceEntry = "affine_wg_reduce"
 	// wgReduceThreads is affine_wg_reduce's block; wgReduceBlocks caps its
 	// grid-stride grid.
 	wgReduceThreads, wgReduceBlocks = 256, 1024
-	// wgScaleThreads is affine_wg_scale's block (SCALE_THREADS in wg.cu).
-	wgScaleThreads = 128
+	// wgXPrepThreads and wgXPrepTokens are affine_wg_xprep's block and
+	// the tokens each block stages (XPREP_THREADS, XPREP_TOKENS in wg.cu).
+	wgXPrepThreads, wgXPrepTokens = 128, 2
+	// wgMaxInFeatures keeps affine_wg_xprep's rows of x within the 227 KiB
+	// of shared memory a block may have (two tokens of bf16 each).
+	wgMaxInFeatures = 57344
 	// wgMinTokens: fewer tokens are qmm/stream's range; 16- and 32-token
 	// tiles of this kernel were timed there and lost (bench/NOTES.md).
 	wgMinTokens = affinegpu.StreamMaxTokens + 1
@@ -81,6 +85,9 @@ func wgAdmit(req sdk.Request, hw device.Profile) string {
 	if req.InFeatures%128 != 0 {
 		return fmt.Sprintf("in_features=%d is not a multiple of 128 (scales are staged two groups at a time)", req.InFeatures)
 	}
+	if req.InFeatures > wgMaxInFeatures {
+		return fmt.Sprintf("in_features=%d is over %d (two rows of x are staged in shared memory)", req.InFeatures, wgMaxInFeatures)
+	}
 	if req.Tokens < wgMinTokens {
 		return fmt.Sprintf("serves %d or more tokens, not %d", wgMinTokens, req.Tokens)
 	}
@@ -107,16 +114,12 @@ func (qmmWGMMA) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights
 	if err != nil {
 		return nil, err
 	}
-	scale, err := main.Sibling(wgScaleEntry)
-	if err != nil {
-		return nil, err
-	}
-	prep, err := main.Sibling(wgPrepEntry)
+	xprep, err := main.Sibling(wgXPrepEntry)
 	if err != nil {
 		return nil, err
 	}
 	l := cfg.launches(req)
-	steps := []gpukernel.Step{{Kernel: scale, Launch: l.scale}, {Kernel: prep, Launch: l.prep}, {Kernel: main, Launch: l.main}}
+	steps := []gpukernel.Step{{Kernel: xprep, Launch: l.xprep}, {Kernel: main, Launch: l.main}}
 	if l.reduce != nil {
 		reduce, err := main.Sibling(wgReduceEntry)
 		if err != nil {
@@ -248,14 +251,13 @@ func (c wgConfig) mainBlocks(req sdk.Request) int {
 
 // wgLaunches are the launches of one call, in stream order.
 type wgLaunches struct {
-	scale  gpukernel.Launch  // each token's power-of-two scale (and cleared sums) into the workspace
-	prep   gpukernel.Launch  // x / scale in fp16, in the B layout, into the workspace
+	xprep  gpukernel.Launch  // each token's power-of-two scale, x / scale in fp16 in the B layout, cleared sums
 	main   gpukernel.Launch  // the product
 	reduce *gpukernel.Launch // with a split K: y from the sums
 }
 
-// launches are the scale, prep, main and (split K) reduce kernels'
-// launches for req.
+// launches are the xprep, main and (split K) reduce kernels' launches for
+// req.
 func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	tiles := c.tiles(req)
 	bias := gpukernel.NullPointer
@@ -266,13 +268,10 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
 	splits, rowFirst := sdk.Int32Param(int32(c.Splits)), sdk.Int32Param(int32(c.rowFirst()))
 	var l wgLaunches
-	l.scale = gpukernel.Launch{
-		Grid: [3]uint32{uint32(req.Tokens), 1, 1}, Block: [3]uint32{wgScaleThreads, 1, 1},
-		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, splits, rowFirst},
-	}
-	l.prep = gpukernel.Launch{
-		Grid: [3]uint32{uint32(tiles), uint32(req.InFeatures / 64), 1}, Block: [3]uint32{uint32(c.BN), 1, 1},
-		Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
+	l.xprep = gpukernel.Launch{
+		Grid: [3]uint32{uint32(tiles * c.BN / wgXPrepTokens), 1, 1}, Block: [3]uint32{wgXPrepThreads, 1, 1},
+		SharedBytes: uint32(wgXPrepTokens * 2 * req.InFeatures),
+		Params:      []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, splits, rowFirst},
 	}
 	l.main = gpukernel.Launch{
 		Grid: [3]uint32{uint32(c.mainBlocks(req)), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},

@@ -74,6 +74,7 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 		{"group 32", g32, hopper(), "group_size=32"},
 		{"odd groups", int4Request(256, 2880, 4096), hopper(), "in_features=2880 is not a multiple of 128"},
 		{"few tokens", int4Request(32, 4096, 4096), hopper(), "33 or more tokens, not 32"},
+		{"rows of x too long", int4Request(256, 57344+128, 4096), hopper(), "in_features=57472 is over 57344"},
 		{"rows not multiple of 8", int4Request(256, 4096, 4100), hopper(), "out_features=4100"},
 		{"huge workspace", int4Request(100000, 28672, 8192), hopper(), "bytes of workspace"},
 	}
@@ -93,7 +94,7 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 	return int32(binary.LittleEndian.Uint32(p.Scalar))
 }
 
-// The launches (scale, prep, main, and the reduce with a split K) cover
+// The launches (xprep, main, and the reduce with a split K) cover
 // every token, row block and token tile, bind the workspace where the
 // kernels read and write it, and fit an H100/H200.
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
@@ -102,22 +103,20 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		req.Bias = req.Tokens != 33 && req.Tokens != 4096
 		c := chooseWG(req, 132)
 		l := c.launches(req)
-		scale, prep, main := l.scale, l.prep, l.main
+		xprep, main := l.xprep, l.main
 		tiles := (req.Tokens + c.BN - 1) / c.BN
 		rowBlocks := (req.OutFeatures + 64*c.WGS - 1) / (64 * c.WGS)
 
-		assert.Equal(t, [3]uint32{uint32(req.Tokens), 1, 1}, scale.Grid, "one scale block per token")
-		require.Len(t, scale.Params, 7)
-		assert.Equal(t, int32(c.Splits), int32Of(t, scale.Params[5]))
-		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, scale.Params[6]), "sums cleared from the first split row")
-		assert.Equal(t, affine.X, scale.Params[0].Buffer)
-		assert.Equal(t, sdk.BufferWorkspace, scale.Params[1].Buffer)
-
-		assert.Equal(t, [3]uint32{uint32(tiles), uint32(req.InFeatures / 64), 1}, prep.Grid, req.Key())
-		assert.GreaterOrEqual(t, int(prep.Grid[0]*prep.Block[0]), req.Tokens, "prep covers every token")
-		require.Len(t, prep.Params, 4)
-		assert.Equal(t, affine.X, prep.Params[0].Buffer)
-		assert.Equal(t, sdk.BufferWorkspace, prep.Params[1].Buffer)
+		// Two tokens per block over the padded tiles, so that the padding
+		// tokens' stages are written (as zeros) too.
+		assert.Equal(t, [3]uint32{uint32(tiles * c.BN / 2), 1, 1}, xprep.Grid, req.Key())
+		assert.Equal(t, [3]uint32{128, 1, 1}, xprep.Block)
+		assert.Equal(t, uint32(4*req.InFeatures), xprep.SharedBytes, "two rows of bf16 x")
+		require.Len(t, xprep.Params, 7)
+		assert.Equal(t, int32(c.Splits), int32Of(t, xprep.Params[5]))
+		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, xprep.Params[6]), "sums cleared from the first split row")
+		assert.Equal(t, affine.X, xprep.Params[0].Buffer)
+		assert.Equal(t, sdk.BufferWorkspace, xprep.Params[1].Buffer)
 
 		assert.Equal(t, uint32(c.Full+(rowBlocks*tiles-c.Full)*c.Splits), main.Grid[0], req.Key())
 		assert.Equal(t, uint32(128*c.WGS+128), main.Block[0])
@@ -173,6 +172,14 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	assert.Equal(t, int64(16*64*32768+4096*4), chooseWG(req, 132).workspaceBytes(req))
 	main := chooseWG(req, 132).launches(req).main
 	assert.Equal(t, uint32(112*16), main.Grid[0], "112 row blocks of 128 times 16 token tiles")
+	assert.Equal(t, uint32(2048), chooseWG(req, 132).launches(req).xprep.Grid[0], "4096 tokens, two per block")
+	few := int4Request(33, 4096, 4096)
+	assert.Equal(t, uint32(32), chooseWG(few, 132).launches(few).xprep.Grid[0], "one 64-token tile: 31 padding tokens get zero stages")
+	widest := int4Request(256, wgMaxInFeatures, 4096)
+	require.True(t, qmmWGMMA{}.Admit(widest, hopper()).Admitted)
+	// Two rows of bf16 x plus the kernel's static barrier, block maxima and
+	// inverse scales fit the opt-in shared memory of a block.
+	assert.LessOrEqual(t, int(chooseWG(widest, 132).launches(widest).xprep.SharedBytes)+8+16+8, 232448)
 	split := int4Request(256, 14336, 4096)
 	c := chooseWG(split, 132)
 	require.Equal(t, 4, c.Splits)

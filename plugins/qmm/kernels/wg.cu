@@ -5,17 +5,16 @@
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
 // Entry points, launched in this order on one stream:
-//   affine_wg_scale(x, ws, tokens, in_features, out_features, splits, row_first)
-//     grid (tokens), block 128. Writes each token's power-of-two scale
-//     sigma, with max|x| / sigma in [2^14, 2^15), so that x / sigma fits
-//     fp16 and keeps every value within 2^-28 of the token's largest
-//     exact; with splits > 1 it also clears the token's split-K sums of
-//     outputs row_first and up.
-//   affine_wg_prep(x, ws, tokens, in_features)
-//     grid (ceil(tokens/BN), in/64), block BN: one thread per (token, group).
-//     Writes one STAGE_BYTES block per (token tile, group): x / sigma in
-//     fp16, in the B-operand layout below (permuted to match the A
-//     unpacking). Tokens past the end are 0.
+//   affine_wg_xprep(x, ws, tokens, in_features, out_features, splits, row_first)
+//     grid (ceil(tokens/BN) * BN / XPREP_TOKENS), block XPREP_THREADS,
+//     dynamic shared memory XPREP_TOKENS * in_features * 2 bytes (so
+//     in_features <= 57344 fits). Reads x once: each token's power-of-two
+//     scale sigma, with max|x| / sigma in [2^14, 2^15), so that x / sigma
+//     fits fp16 and keeps every value within 2^-28 of the token's largest
+//     exact; then one STAGE_BYTES block per (token tile, group): x / sigma
+//     in fp16, in the B-operand layout below (permuted to match the A
+//     unpacking). Tokens past the end are 0. With splits > 1 it also
+//     clears the tokens' split-K sums of outputs row_first and up.
 //   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits, full)
 //     grid (full + (T - full) * splits) with T = ceil(out/ROWS) *
 //     ceil(tokens/BN) tiles, block THREADS, dynamic shared memory
@@ -127,7 +126,8 @@ typedef unsigned long long u64;
 #define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * AG))
 #define SMEM_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
-#define SCALE_THREADS 128                    // affine_wg_scale's block
+#define XPREP_THREADS 128                    // affine_wg_xprep's block
+#define XPREP_TOKENS 2                       // tokens per affine_wg_xprep block (whole 32-byte sectors of each store)
 #define OTILE_LD (ROWS + 8)                  // output tile row (bf16), padded against bank conflicts
 #define FTILE_LD (ROWS + 4)                  // the same in fp32, for split-K sums
 #if BN * OTILE_LD * 2 > STAGES * STAGE_BYTES
@@ -172,89 +172,6 @@ KC_DEV long long kc_sum_offset(int tokens, int in_features) {
 }
 
 // ---------------------------------------------------------------------------
-// Scale: sigma[t] = 1, or 2^(e - 14) when max|x[t]| = 2^e * m >= 2^15.
-extern "C" __global__ void __launch_bounds__(SCALE_THREADS)
-affine_wg_scale(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features,
-                int out_features, int splits, int row_first)
-{
-    if (splits > 1) {   // clear this token's split-K sums from output row_first on
-        float4* sum = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features) + ((long long)blockIdx.x * out_features + row_first) * 4);
-        for (int i = threadIdx.x; i < (out_features - row_first) / 4; i += SCALE_THREADS) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    __shared__ u32 part[SCALE_THREADS / 32];
-    const int tok = blockIdx.x;
-    const kc_u4* row = reinterpret_cast<const kc_u4*>(x + (long long)tok * in_features);
-    u32 m = 0;   // max of |x| as bf16 bits, two at a time (monotonic for non-NaN)
-    for (int i = threadIdx.x; i < in_features / 8; i += SCALE_THREADS) {
-        const kc_u4 v = row[i];
-        m = max(m, max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16);
-        m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
-    }
-    m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = m;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-#pragma unroll
-        for (int w = 1; w < SCALE_THREADS / 32; ++w) m = max(m, part[w]);
-        const int e = (int)(m >> 7) - 127;   // exponent of max|x|
-        const int k = max(-100, min(e - 14, 127));   // max|x| / sigma in [2^14, 2^15)
-        float* sigma = reinterpret_cast<float*>(ws + kc_sigma_offset(tokens, in_features));
-        sigma[tok] = __int_as_float((127 + k) << 23);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Prep: x [tokens][in] -> per (tile, group) block:
-//   [step 0..3][nb][kb 0..1][r 0..7][8] fp16 of x / sigma.
-// Step s, slot k (0..15) holds x[grp*64 + a], a = 16*((k&7)>>1) + 8*(s>>1)
-// + 2*(s&1) + (k>>3) + 4*(k&1): the value the A pair of lane tig = (k&7)>>1
-// puts in that slot.
-extern "C" __global__ void __launch_bounds__(BN)
-affine_wg_prep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features)
-{
-    const int n = threadIdx.x;
-    const int tile = blockIdx.x;
-    const int grp = blockIdx.y;
-    const int groups = in_features / GROUP;
-    const int tok = tile * BN + n;
-    u32 w[32];
-    float inv = 0.f;
-    if (tok < tokens) {
-        const kc_u4* src = reinterpret_cast<const kc_u4*>(x + (long long)tok * in_features + grp * GROUP);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const kc_u4 v = src[i];
-            w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
-        }
-        const float sg = reinterpret_cast<const float*>(ws + kc_sigma_offset(tokens, in_features))[tok];
-        inv = __int_as_float((254 << 23) - __float_as_int(sg));   // 1 / sigma, exact
-    } else {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) w[i] = 0u;
-    }
-
-    unsigned char* base = ws + ((long long)tile * groups + grp) * STAGE_BYTES;
-    const int nb = n >> 3, r = n & 7;
-#pragma unroll
-    for (int st = 0; st < 4; ++st) {
-        const int b = 8 * (st >> 1) + 2 * (st & 1);   // even: pairs (b + 16t, b + 16t + 4)
-        // Word holding x[a] is w[a/2]; a = b + 16t (+4) with b even, so x[a]
-        // is the low half of w[(b+16t)/2] and x[a+1] its high half.
-        u32 lo[4], hi[4];
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            const u32 p = w[(b + 16 * t) / 2], q = w[(b + 16 * t + 4) / 2];
-            // (x[a], x[a+4]) for slots 2t, 2t+1; (x[a+1], x[a+5]) for 8+2t, 8+2t+1
-            lo[t] = kc_f16x2(__uint_as_float(q << 16) * inv, __uint_as_float(p << 16) * inv);
-            hi[t] = kc_f16x2(__uint_as_float(q & 0xFFFF0000u) * inv, __uint_as_float(p & 0xFFFF0000u) * inv);
-        }
-        unsigned char* dst = base + st * STEP_BYTES + nb * 256 + r * 16;
-        *reinterpret_cast<kc_u4*>(dst) = kc_u4{lo[0], lo[1], lo[2], lo[3]};
-        *reinterpret_cast<kc_u4*>(dst + 128) = kc_u4{hi[0], hi[1], hi[2], hi[3]};
-    }
-}
-
-// ---------------------------------------------------------------------------
 KC_DEV u32 kc_smem(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
 // mbarrier and bulk-copy wrappers (PTX ISA 8.0, sm_90).
@@ -277,6 +194,121 @@ KC_DEV void kc_bar_wait(u32 bar, u32 parity) {
 KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// ---------------------------------------------------------------------------
+// Xprep: one block per XPREP_TOKENS tokens of the padded tiles. Their rows
+// of x arrive in shared memory by one bulk copy each; the block finds each
+// token's max|x| and its scale sigma = 2^k with max|x| / sigma in
+// [2^14, 2^15) (k clamped to [-100, 127]), then writes x / sigma in fp16
+// into the per (tile, group) stages:
+//   [step 0..3][nb][kb 0..1][r 0..7][8] fp16 of x / sigma,
+// where step s, slot k (0..15) holds x[grp*64 + a], a = 16*((k&7)>>1) +
+// 8*(s>>1) + 2*(s&1) + (k>>3) + 4*(k&1): the value the A pair of lane
+// tig = (k&7)>>1 puts in that slot. Tokens past the end are 0. With
+// splits > 1 it also clears its tokens' split-K sums of outputs row_first
+// and up, while the copy lands.
+// Work item (group g, half h, token r): half 0 reads the group's 16-byte
+// chunks 0, 2, 4, 6 and writes steps 0 and 1, half 1 chunks 1, 3, 5, 7 and
+// steps 2 and 3. r is the item's lowest bit, so a warp's two tokens fill
+// whole 32-byte sectors of each 16-byte store.
+extern "C" __global__ void __launch_bounds__(XPREP_THREADS)
+affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features,
+                int out_features, int splits, int row_first)
+{
+    extern __shared__ __align__(16) unsigned char xrows[];   // XPREP_TOKENS rows of in_features bf16
+    __shared__ __align__(8) u64 bar;
+    __shared__ u32 part[XPREP_THREADS / 32];
+    __shared__ float inv[XPREP_TOKENS];                       // 1 / sigma per token
+    const int tid = threadIdx.x;
+    const int tok0 = blockIdx.x * XPREP_TOKENS;
+    const int real = max(0, min(XPREP_TOKENS, tokens - tok0));   // tokens of this block inside x
+    const int groups = in_features / GROUP;
+    const u32 row_bytes = (u32)in_features * 2;
+
+    if (real > 0) {
+        const u32 sbar = kc_smem(&bar);
+        if (tid == 0) {
+            kc_bar_init(sbar, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+        if (tid == 0) {
+            kc_bar_expect(sbar, real * row_bytes);
+            for (int r = 0; r < real; ++r)
+                kc_bulk(kc_smem(xrows) + r * row_bytes, x + (long long)(tok0 + r) * in_features, row_bytes, sbar);
+        }
+        if (splits > 1) {   // clear the tokens' split-K sums from output row_first on
+            const int per = (out_features - row_first) / 4;
+            for (int i = tid; i < real * per; i += XPREP_THREADS) {
+                const int r = i / per;
+                float4* sum = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features)) +
+                              ((long long)(tok0 + r) * out_features + row_first) / 4;
+                sum[i - r * per] = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+        kc_bar_wait(sbar, 0);
+        // max|x| as bf16 bits, two at a time (monotonic for non-NaN): the
+        // block's warps split evenly over its tokens.
+        const int wpt = (XPREP_THREADS / 32) / XPREP_TOKENS, r = (tid >> 5) / wpt;
+        u32 m = 0;
+        if (r < real) {
+            const kc_u4* row = reinterpret_cast<const kc_u4*>(xrows + r * row_bytes);
+            for (int i = tid % (32 * wpt); i < in_features / 8; i += 32 * wpt) {
+                const kc_u4 v = row[i];
+                m = max(m, max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16);
+                m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
+            }
+        }
+        m = __reduce_max_sync(0xFFFFFFFFu, m);
+        if ((tid & 31) == 0) part[tid >> 5] = m;
+        __syncthreads();
+        if (tid < real) {   // thread r finishes token r
+            m = part[tid * wpt];
+#pragma unroll
+            for (int w = 1; w < wpt; ++w) m = max(m, part[tid * wpt + w]);
+            const int e = (int)(m >> 7) - 127;   // exponent of max|x|
+            const int k = max(-100, min(e - 14, 127));   // max|x| / sigma in [2^14, 2^15)
+            reinterpret_cast<float*>(ws + kc_sigma_offset(tokens, in_features))[tok0 + tid] = __int_as_float((127 + k) << 23);
+            inv[tid] = __int_as_float((127 - k) << 23);   // 1 / sigma, exact
+        }
+        __syncthreads();
+    }
+
+    for (int it = tid; it < groups * 2 * XPREP_TOKENS; it += XPREP_THREADS) {
+        const int r = it % XPREP_TOKENS, h = (it / XPREP_TOKENS) & 1, g = it / (2 * XPREP_TOKENS);
+        // v[4t + j] = word 8t + 4h + j of the group: chunk 2t + h.
+        u32 v[16];
+        float sc = 0.f;
+        if (r < real) {
+            const kc_u4* src = reinterpret_cast<const kc_u4*>(xrows + r * row_bytes + g * (GROUP * 2));
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const kc_u4 c = src[2 * t + h];
+                v[4 * t] = c.x; v[4 * t + 1] = c.y; v[4 * t + 2] = c.z; v[4 * t + 3] = c.w;
+            }
+            sc = inv[r];
+        } else {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) v[i] = 0u;
+        }
+        const int tok = tok0 + r, tile = tok / BN, n = tok % BN;
+        unsigned char* base = ws + ((long long)tile * groups + g) * STAGE_BYTES + (n >> 3) * 256 + (n & 7) * 16;
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {   // step 2h + s: b = 8h + 2s, word b/2 + 8t = 4h + s + 8t
+            u32 lo[4], hi[4];
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const u32 p = v[4 * t + s], q = v[4 * t + s + 2];   // x[b + 16t], x[b + 16t + 4] in their low halves
+                // (x[a], x[a+4]) for slots 2t, 2t+1; (x[a+1], x[a+5]) for 8+2t, 8+2t+1
+                lo[t] = kc_f16x2(__uint_as_float(q << 16) * sc, __uint_as_float(p << 16) * sc);
+                hi[t] = kc_f16x2(__uint_as_float(q & 0xFFFF0000u) * sc, __uint_as_float(p & 0xFFFF0000u) * sc);
+            }
+            unsigned char* dst = base + (2 * h + s) * STEP_BYTES;
+            *reinterpret_cast<kc_u4*>(dst) = kc_u4{lo[0], lo[1], lo[2], lo[3]};
+            *reinterpret_cast<kc_u4*>(dst + 128) = kc_u4{hi[0], hi[1], hi[2], hi[3]};
+        }
+    }
 }
 
 KC_DEV void kc_cp16(u32 dst, const void* src) {
