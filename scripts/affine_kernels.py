@@ -949,11 +949,11 @@ def wg_stage_bytes(cfg: dict) -> int:
     return 4 * cfg["BN"] * 32
 
 
-def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int) -> int:
+def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: int) -> int:
     """The stages of x / sigma, one float sigma per padded token, then
     (split K) the fp32 sums."""
     tiles = -(-tokens // cfg["BN"])
-    sums = tokens * out_f * 4 if cfg.get("_splits", 1) > 1 else 0
+    sums = tokens * out_f * 4 if splits > 1 else 0
     return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4 + sums
 
 
@@ -993,7 +993,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     if splits == 1:
         full = 0
     row_first = full * 64 * cfg["WGS"]
-    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f), dtype=torch.uint8, device="cuda")
+    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits), dtype=torch.uint8, device="cuda")
     reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 else None
     smem = wg_smem(cfg)
     xprep = get_kernel(WG_CU, cfg, 4 * in_f, name="affine_wg_xprep")
@@ -1084,7 +1084,8 @@ def run_wg(quick: bool, bench: bool = True):
         ref = wt.reference(x)
         for cfg in cfgs:
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")
-            run, _ws = wg_launch_fns(cfg, wt, x, y, t)
+            run, ws = wg_launch_fns(cfg, wt, x, y, t)
+            ws.fill_(0xFF)   # poison the workspace too: stages, scales and sums must all be written
             try:
                 run()
                 torch.cuda.synchronize()
