@@ -801,7 +801,8 @@ def run_bench(quick: bool, sweep: bool):
         for t in tokens_list:
             x = (torch.rand((t, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
             ya = torch.empty((t, out_f), device="cuda", dtype=torch.bfloat16)
-            anchor = time_launches([lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense])
+            torch_fns = [lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense]
+            before = time_launches(torch_fns)
             rows = []
             if t <= 8:
                 rows.append(("gemv", gemv_config(bits, group, t, in_f, out_f), True))
@@ -814,12 +815,20 @@ def run_bench(quick: bool, sweep: bool):
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
                 rows = [r for r in rows if r[0] in KERNELS]
+            # The kernels are timed between two timings of the anchor, whose
+            # mean is the ratio's denominator: the card's clocks drift over a
+            # run (torch's own time moved by up to 12 % between runs), and
+            # this way the anchor sees the same drift as the kernels. Both
+            # anchor timings are printed with each row.
+            timed = []
             for kind, cfg, default in rows:
                 try:
-                    ts = bench_kernel(kind, wt, qcopies, x, t, cfg)
+                    timed.append((kind, cfg, default, bench_kernel(kind, wt, qcopies, x, t, cfg)))
                 except Exception as e:   # a sweep variant may fail to launch
                     print(f"{in_f:6d}->{out_f:<6d} {t:4d}  {kind} {cfg}: {type(e).__name__}: {e}")
-                    continue
+            after = time_launches(torch_fns)
+            anchor = (before + after) / 2
+            for kind, cfg, default, ts in timed:
                 sp = anchor / ts
                 bw = wt.nbytes() / ts / 1e12
                 label = kind if default else kind + "*"
@@ -827,7 +836,8 @@ def run_bench(quick: bool, sweep: bool):
                 extra = ""
                 if sweep:
                     extra = "  " + " ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("BITS", "GROUP"))
-                print(f"{in_f:6d}->{out_f:<6d} {t:4d} {anchor * 1e6:9.1f} | {label:6s} {ts * 1e6:8.1f} {sp:7.2f} {bw:6.2f}  {tgt}{extra}", flush=True)
+                print(f"{in_f:6d}->{out_f:<6d} {t:4d} {anchor * 1e6:9.1f} | {label:6s} {ts * 1e6:8.1f} {sp:7.2f} {bw:6.2f}  "
+                      f"{tgt}  (torch {before * 1e6:.1f} / {after * 1e6:.1f}){extra}", flush=True)
                 results.append((in_f, out_f, t, label, anchor, ts, sp, bw, tgt))
         del qcopies, dense, wt
         torch.cuda.empty_cache()

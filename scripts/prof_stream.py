@@ -2,7 +2,7 @@
 """Launches affine_stream once per shape so that Nsight Compute can profile
 it (development tool; the default variant of scripts/affine_kernels.py):
 
-    SHAPES=4096x14336,28672x8192 TOK=1 ncu -k regex:affine_stream \\
+    SHAPES=4096x14336,28672x8192 TOK=1 ncu --clock-control none -k regex:affine_stream \\
         --section SpeedOfLight --section WarpStateStats python3 scripts/prof_stream.py
 """
 import os

@@ -2,7 +2,7 @@
 """Launches the wgmma kernel (plugins/qmm/kernels/wg.cu) once so that Nsight
 Compute can profile it (development tool):
 
-    SHAPE=4096x14336 TOK=4096 CFG=128:6:2:3:16 ncu -k regex:'^affine_wg$' -c 1 \\
+    SHAPE=4096x14336 TOK=4096 CFG=128:6:2:3:16 ncu --clock-control none -k regex:'^affine_wg$' -c 1 \\
         --section SpeedOfLight --section WarpStateStats python3 scripts/prof_wg.py
 """
 import os
