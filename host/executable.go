@@ -54,7 +54,7 @@ func (p *Plan) Bind(ctx context.Context, w *Weights) (*Executable, error) {
 	c, _ := family.Lookup(p.Request.Family)
 	e := &Executable{plan: p, weights: w, prep: prep, ioSizes: mergeSizes(c.InputSizes(p.Request), c.OutputSizes(p.Request))}
 	if launch := prep.launchPlan(); launch != nil && h.launcher != nil {
-		if e.exported, err = h.launcher.load(launch, prep.bindingsWithWeights(w.bufs)); err != nil {
+		if e.exported, err = h.launcher.load(launch, prep.bindingsWithWeights(w.bufs), e.ioSizes); err != nil {
 			prep.release(ctx)
 			return nil, fmt.Errorf("candidate %s: %w", p.Candidate, err)
 		}
@@ -173,6 +173,7 @@ type launcher interface {
 	// knownModules lists the loaded module hashes.
 	knownModules() []string
 	// load validates plan against the device, loads its modules and binds
-	// the buffers that never change (weights, workspace).
-	load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer) (exported, error)
+	// the buffers that never change (weights, workspace); a run's own
+	// buffers must hold ioSizes[name] bytes.
+	load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer, ioSizes map[string]int64) (exported, error)
 }

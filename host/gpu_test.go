@@ -11,6 +11,7 @@ import (
 
 	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
 )
 
@@ -126,4 +127,48 @@ func TestGPUTuningOncePerKeyAndCached(t *testing.T) {
 		assert.Equal(t, SourceCached, p.Source)
 	}
 	assert.EqualValues(t, 0, second.Stats().DeviceWork)
+}
+
+// TestGPUExportedRunRefusesShortBuffers: on the exported path a run binds
+// the caller's buffers straight into the kernels' arguments, so an output
+// one byte short is refused with an error naming it before anything
+// launches (nothing is written past it), and the next run with the right
+// buffer is correct.
+func TestGPUExportedRunRefusesShortBuffers(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", "gemv")
+	h := openGPUHost(t, cfg)
+	ctx := context.Background()
+	dev := h.Device()
+	req := affineRequest(1, 1024, 256, 4, 64)
+	plan, err := h.Plan(ctx, req)
+	require.NoError(t, err)
+	sample := affine.RandomSample(req, 11)
+	w, err := h.RegisterWeights(req, sample.Weights)
+	require.NoError(t, err)
+	defer w.Close()
+	exe, err := plan.Bind(ctx, w)
+	require.NoError(t, err)
+	defer exe.Close()
+	require.False(t, exe.Remote(), "%s should run exported", exe.Plan().Candidate)
+
+	io := ioBuffers(t, h, req, sample)
+	need := io[affine.Y].Size()
+	short, err := dev.Alloc(need + 256)
+	require.NoError(t, err)
+	defer dev.Free(short)
+	require.NoError(t, dev.Fill(short, 0x5a))
+	shortY, err := cuda.Slice(short, 0, need-1) // one byte short, canary bytes after it
+	require.NoError(t, err)
+	err = exe.Run(ctx, nil, map[string]device.Buffer{affine.X: io[affine.X], affine.Y: shortY})
+	assertFieldError(t, err, "io."+affine.Y, need-1)
+	require.NoError(t, dev.Synchronize())
+	got := make([]byte, short.Size())
+	require.NoError(t, dev.Read(got, short, 0))
+	for i, b := range got {
+		require.Equal(t, byte(0x5a), b, "byte %d written by a refused run", i)
+	}
+
+	require.NoError(t, exe.Run(ctx, nil, io))
+	require.NoError(t, dev.Synchronize())
+	require.NoError(t, affine.Check(readY(t, h, io), affine.Reference(req, sample.Weights, sample.Inputs[affine.X])))
 }

@@ -68,7 +68,10 @@ type cudaLaunch struct {
 	fn     *cuda.Function
 	config cuda.LaunchConfig
 	params []sdk.Param
-	args   *cuda.Args
+	// needs holds, for each buffer parameter, the bytes a buffer bound
+	// there must hold (what the plan was validated against); 0 for scalars.
+	needs []int64
+	args  *cuda.Args
 }
 
 // cudaPlan is a loaded launch plan with its fixed bindings (weights and
@@ -82,8 +85,10 @@ type cudaPlan struct {
 
 // load checks what needs the device (each function exists, its parameters
 // have the sizes the plan gives, its shared memory fits) and resolves
-// everything a run needs, so a run does no lookup but the bindings.
-func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer) (exported, error) {
+// everything a run needs, so a run does no lookup but the bindings. A
+// buffer a run binds must hold ioSizes[name] bytes, or as many as the fixed
+// buffer of that name it replaces.
+func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer, ioSizes map[string]int64) (exported, error) {
 	modules := map[string]sdk.Module{}
 	for _, m := range plan.Modules {
 		modules[m.Hash] = m
@@ -107,8 +112,17 @@ func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer
 				return nil, &sdk.LaunchPlanError{Field: field + ".shared_bytes", Value: ln.SharedBytes, Reason: err.Error()}
 			}
 		}
+		needs := make([]int64, len(ln.Params))
+		for j, prm := range ln.Params {
+			if b, ok := fixed[prm.Buffer]; ok {
+				needs[j] = b.Size()
+			} else if prm.Buffer != "" {
+				needs[j] = ioSizes[prm.Buffer]
+			}
+		}
 		out.launches = append(out.launches, &cudaLaunch{
-			fn: fn,
+			fn:    fn,
+			needs: needs,
 			config: cuda.LaunchConfig{
 				Grid:              cuda.Dim3{X: int(ln.Grid[0]), Y: int(ln.Grid[1]), Z: int(ln.Grid[2])},
 				Block:             cuda.Dim3{X: int(ln.Block[0]), Y: int(ln.Block[1]), Z: int(ln.Block[2])},
@@ -164,23 +178,39 @@ func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error 
 				l.args.Bytes(prm.Scalar, len(prm.Scalar))
 				continue
 			}
-			b, ok := io[prm.Buffer]
-			if !ok {
-				if b, ok = p.fixed[prm.Buffer]; !ok {
-					return errdefs.Invalid("io."+prm.Buffer, "missing", "binding required")
-				}
+			ptr, err := p.bind(l, j, io)
+			if err != nil {
+				return err
 			}
-			dm, ok := b.(device.DeviceMemory)
-			if !ok {
-				return errdefs.Invalid("io."+prm.Buffer, fmt.Sprintf("%T", b), "not GPU memory")
-			}
-			l.args.Pointer(cuda.DevicePtr(dm.DevicePointer() + uintptr(prm.Offset)))
+			l.args.Pointer(ptr)
 		}
 		if err := l.fn.Launch(s, l.config, l.args); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// bind resolves buffer parameter j of l from io, which may also replace a
+// fixed binding, and checks that the buffer is GPU memory holding at least
+// what the plan needs there: a short buffer is an error naming it, never
+// an out-of-bounds kernel.
+func (p *cudaPlan) bind(l *cudaLaunch, j int, io map[string]device.Buffer) (cuda.DevicePtr, error) {
+	prm := &l.params[j]
+	b, ok := io[prm.Buffer]
+	if !ok {
+		if b, ok = p.fixed[prm.Buffer]; !ok {
+			return 0, errdefs.Invalid("io."+prm.Buffer, "missing", "binding required")
+		}
+	}
+	dm, ok := b.(device.DeviceMemory)
+	if !ok {
+		return 0, errdefs.Invalid("io."+prm.Buffer, fmt.Sprintf("%T", b), "not GPU memory")
+	}
+	if n := b.Size(); n < l.needs[j] {
+		return 0, errdefs.Invalid("io."+prm.Buffer, n, "buffer holds %d bytes, needs %d", n, l.needs[j])
+	}
+	return cuda.DevicePtr(dm.DevicePointer() + uintptr(prm.Offset)), nil
 }
 
 // DirectLaunch launches an exported executable's kernels with arguments
@@ -208,20 +238,16 @@ func (e *Executable) Direct(io map[string]device.Buffer) (*DirectLaunch, error) 
 	d := &DirectLaunch{}
 	for _, l := range plan.launches {
 		args := cuda.NewArgs()
-		for _, prm := range l.params {
+		for j, prm := range l.params {
 			if prm.Buffer == "" {
 				args.Bytes(prm.Scalar, len(prm.Scalar))
 				continue
 			}
-			b, ok := io[prm.Buffer]
-			if !ok {
-				b = plan.fixed[prm.Buffer]
+			ptr, err := plan.bind(l, j, io)
+			if err != nil {
+				return nil, err
 			}
-			dm, ok := b.(device.DeviceMemory)
-			if !ok {
-				return nil, errdefs.Invalid("io."+prm.Buffer, fmt.Sprintf("%T", b), "not GPU memory")
-			}
-			args.Pointer(cuda.DevicePtr(dm.DevicePointer() + uintptr(prm.Offset)))
+			args.Pointer(ptr)
 		}
 		d.launches = append(d.launches, directLaunch{fn: l.fn, cfg: l.config, args: args})
 	}

@@ -375,7 +375,7 @@ func (ms *measurer) runOnce(ctx context.Context, r *run, req sdk.Request, bufs *
 		}
 		r.prep = p
 		if launch := p.launchPlan(); launch != nil && ms.launcher != nil {
-			if r.exp, err = ms.launcher.load(launch, p.bindingsWithWeights(bufs.weights.bufs)); err != nil {
+			if r.exp, err = ms.launcher.load(launch, p.bindingsWithWeights(bufs.weights.bufs), p.ioSizes); err != nil {
 				return nil, 0, fmt.Errorf("candidate %s dropped: %w", r.entry.Info.Name, err)
 			}
 		}
