@@ -170,6 +170,8 @@ func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error 
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Every launch is bound before the first is enqueued, so a bad binding
+	// leaves the device untouched.
 	for _, l := range p.launches {
 		l.args.Reset()
 		for j := range l.params {
@@ -184,6 +186,8 @@ func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error 
 			}
 			l.args.Pointer(ptr)
 		}
+	}
+	for _, l := range p.launches {
 		if err := l.fn.Launch(s, l.config, l.args); err != nil {
 			return err
 		}
