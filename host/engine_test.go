@@ -29,6 +29,23 @@ func ioBuffers(t *testing.T, h *Host, req sdk.Request, sample sdk.Sample) map[st
 	return map[string]device.Buffer{affine.X: x, affine.Y: y}
 }
 
+// bindSample plans req on h, registers the weights of a random sample and
+// binds them; the executable and the weights are closed when the test ends.
+func bindSample(t *testing.T, h *Host, req sdk.Request, seed uint64) (*Executable, sdk.Sample) {
+	t.Helper()
+	ctx := context.Background()
+	plan, err := h.Plan(ctx, req)
+	require.NoError(t, err)
+	sample := affine.RandomSample(req, seed)
+	w, err := h.RegisterWeights(req, sample.Weights)
+	require.NoError(t, err)
+	t.Cleanup(func() { w.Close() })
+	exe, err := plan.Bind(ctx, w)
+	require.NoError(t, err)
+	t.Cleanup(func() { exe.Close() })
+	return exe, sample
+}
+
 func readY(t *testing.T, h *Host, io map[string]device.Buffer) []byte {
 	out := make([]byte, io[affine.Y].Size())
 	require.NoError(t, h.Device().Read(out, io[affine.Y], 0))
@@ -40,15 +57,7 @@ func TestEngineAPIEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	req := affineRequest(1, 512, 96, 4, 64)
 	req.Bias = true
-	plan, err := h.Plan(ctx, req)
-	require.NoError(t, err)
-	sample := affine.RandomSample(req, uint64(time.Now().UnixNano()))
-	w, err := h.RegisterWeights(req, sample.Weights)
-	require.NoError(t, err)
-	defer w.Close()
-	exe, err := plan.Bind(ctx, w)
-	require.NoError(t, err)
-	defer exe.Close()
+	exe, sample := bindSample(t, h, req, uint64(time.Now().UnixNano()))
 	assert.True(t, exe.Remote(), "the CPU device runs candidates in the plugin")
 	io := ioBuffers(t, h, req, sample)
 	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
@@ -58,7 +67,7 @@ func TestEngineAPIEndToEnd(t *testing.T) {
 		require.NoError(t, affine.Check(readY(t, h, io), want), "run %d", i)
 	}
 	// The plugin dies between runs: the next run prepares again and succeeds.
-	p, _ := h.Manager().Lookup(plan.Plugin)
+	p, _ := h.Manager().Lookup(exe.Plan().Plugin)
 	require.NoError(t, syscall.Kill(p.Health().PID, syscall.SIGKILL))
 	waitFor(t, 10*time.Second, "restart", func() bool { return p.Health().Restarts == 1 && p.Health().Running })
 	require.NoError(t, h.Device().Fill(io[affine.Y], 0xff))

@@ -71,15 +71,7 @@ func TestGPUFaultingKernelIsContained(t *testing.T) {
 		}
 	}
 	// The host's context still launches: run the exported fallback.
-	plan, err := h.Plan(ctx, req)
-	require.NoError(t, err)
-	sample := affine.RandomSample(req, 9)
-	w, err := h.RegisterWeights(req, sample.Weights)
-	require.NoError(t, err)
-	defer w.Close()
-	exe, err := plan.Bind(ctx, w)
-	require.NoError(t, err)
-	defer exe.Close()
+	exe, sample := bindSample(t, h, req, 9)
 	io := ioBuffers(t, h, req, sample)
 	require.NoError(t, exe.Run(ctx, nil, io))
 	require.NoError(t, dev.Synchronize())
@@ -140,15 +132,7 @@ func TestGPUExportedRunRefusesShortBuffers(t *testing.T) {
 	ctx := context.Background()
 	dev := h.Device()
 	req := affineRequest(1, 1024, 256, 4, 64)
-	plan, err := h.Plan(ctx, req)
-	require.NoError(t, err)
-	sample := affine.RandomSample(req, 11)
-	w, err := h.RegisterWeights(req, sample.Weights)
-	require.NoError(t, err)
-	defer w.Close()
-	exe, err := plan.Bind(ctx, w)
-	require.NoError(t, err)
-	defer exe.Close()
+	exe, sample := bindSample(t, h, req, 11)
 	require.False(t, exe.Remote(), "%s should run exported", exe.Plan().Candidate)
 
 	io := ioBuffers(t, h, req, sample)
