@@ -68,10 +68,8 @@ type cudaLaunch struct {
 	fn     *cuda.Function
 	config cuda.LaunchConfig
 	params []sdk.Param
-	// needs holds, for each buffer parameter, the bytes a buffer bound
-	// there must hold (what the plan was validated against); 0 for scalars.
-	needs []int64
-	args  *cuda.Args
+	slots  []int // each parameter's binding in the plan's bindings, -1 for a scalar
+	args   *cuda.Args
 }
 
 // cudaPlan is a loaded launch plan with its fixed bindings (weights and
@@ -79,8 +77,8 @@ type cudaLaunch struct {
 type cudaPlan struct {
 	dev      *cuda.Device
 	launches []*cudaLaunch
-	fixed    map[string]device.Buffer
-	mu       sync.Mutex // guards the launches' argument buffers
+	mu       sync.Mutex // guards bindings and the launches' argument buffers
+	bindings *planBindings
 }
 
 // load checks what needs the device (each function exists, its parameters
@@ -93,7 +91,15 @@ func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer
 	for _, m := range plan.Modules {
 		modules[m.Hash] = m
 	}
-	out := &cudaPlan{dev: l.dev, fixed: fixed}
+	params := make([][]sdk.Param, len(plan.Launches))
+	for i, ln := range plan.Launches {
+		params[i] = ln.Params
+	}
+	bindings, slots, err := newPlanBindings(params, fixed, ioSizes)
+	if err != nil {
+		return nil, err
+	}
+	out := &cudaPlan{dev: l.dev, bindings: bindings}
 	for i, ln := range plan.Launches {
 		field := fmt.Sprintf("launches[%d]", i)
 		mod, err := l.module(modules[ln.Module])
@@ -112,17 +118,9 @@ func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer
 				return nil, &sdk.LaunchPlanError{Field: field + ".shared_bytes", Value: ln.SharedBytes, Reason: err.Error()}
 			}
 		}
-		needs := make([]int64, len(ln.Params))
-		for j, prm := range ln.Params {
-			if b, ok := fixed[prm.Buffer]; ok {
-				needs[j] = b.Size()
-			} else if prm.Buffer != "" {
-				needs[j] = ioSizes[prm.Buffer]
-			}
-		}
 		out.launches = append(out.launches, &cudaLaunch{
 			fn:    fn,
-			needs: needs,
+			slots: slots[i],
 			config: cuda.LaunchConfig{
 				Grid:              cuda.Dim3{X: int(ln.Grid[0]), Y: int(ln.Grid[1]), Z: int(ln.Grid[2])},
 				Block:             cuda.Dim3{X: int(ln.Block[0]), Y: int(ln.Block[1]), Z: int(ln.Block[2])},
@@ -170,22 +168,13 @@ func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error 
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// Every launch is bound before the first is enqueued, so a bad binding
-	// leaves the device untouched.
+	// Every binding is checked before the first launch is enqueued, so a
+	// bad one leaves the device untouched.
+	if err := p.bindings.resolve(io); err != nil {
+		return err
+	}
 	for _, l := range p.launches {
-		l.args.Reset()
-		for j := range l.params {
-			prm := &l.params[j]
-			if prm.Buffer == "" {
-				l.args.Bytes(prm.Scalar, len(prm.Scalar))
-				continue
-			}
-			ptr, err := p.bind(l, j, io)
-			if err != nil {
-				return err
-			}
-			l.args.Pointer(ptr)
-		}
+		p.bindings.pack(l.args, l.params, l.slots)
 	}
 	for _, l := range p.launches {
 		if err := l.fn.Launch(s, l.config, l.args); err != nil {
@@ -193,28 +182,6 @@ func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error 
 		}
 	}
 	return nil
-}
-
-// bind resolves buffer parameter j of l from io, which may also replace a
-// fixed binding, and checks that the buffer is GPU memory holding at least
-// what the plan needs there: a short buffer is an error naming it, never
-// an out-of-bounds kernel.
-func (p *cudaPlan) bind(l *cudaLaunch, j int, io map[string]device.Buffer) (cuda.DevicePtr, error) {
-	prm := &l.params[j]
-	b, ok := io[prm.Buffer]
-	if !ok {
-		if b, ok = p.fixed[prm.Buffer]; !ok {
-			return 0, errdefs.Invalid("io."+prm.Buffer, "missing", "binding required")
-		}
-	}
-	dm, ok := b.(device.DeviceMemory)
-	if !ok {
-		return 0, errdefs.Invalid("io."+prm.Buffer, fmt.Sprintf("%T", b), "not GPU memory")
-	}
-	if n := b.Size(); n < l.needs[j] {
-		return 0, errdefs.Invalid("io."+prm.Buffer, n, "buffer holds %d bytes, needs %d", n, l.needs[j])
-	}
-	return cuda.DevicePtr(dm.DevicePointer() + uintptr(prm.Offset)), nil
 }
 
 // DirectLaunch launches an exported executable's kernels with arguments
@@ -239,20 +206,15 @@ func (e *Executable) Direct(io map[string]device.Buffer) (*DirectLaunch, error) 
 	if !ok {
 		return nil, errdefs.Unsupported("executable %s runs remotely; it has no kernels to launch directly", e.plan.Candidate)
 	}
+	plan.mu.Lock()
+	defer plan.mu.Unlock()
+	if err := plan.bindings.resolve(io); err != nil {
+		return nil, err
+	}
 	d := &DirectLaunch{}
 	for _, l := range plan.launches {
 		args := cuda.NewArgs()
-		for j, prm := range l.params {
-			if prm.Buffer == "" {
-				args.Bytes(prm.Scalar, len(prm.Scalar))
-				continue
-			}
-			ptr, err := plan.bind(l, j, io)
-			if err != nil {
-				return nil, err
-			}
-			args.Pointer(ptr)
-		}
+		plan.bindings.pack(args, l.params, l.slots)
 		d.launches = append(d.launches, directLaunch{fn: l.fn, cfg: l.config, args: args})
 	}
 	return d, nil
