@@ -319,6 +319,13 @@ func cuGraphLaunch(ctx, exec, stream uintptr) Result {
 	return Result(C.kc_graph_launch(C.uintptr_t(ctx), C.uintptr_t(exec), C.uintptr_t(stream)))
 }
 
+func boolInt(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // cuLaunchKernel launches f repeat times with the packed parameters of args.
 // cfg has been validated, so every dimension fits in a C unsigned int.
 func cuLaunchKernel(ctx, function uintptr, cfg *LaunchConfig, stream uintptr, args *Args, repeat int) Result {
@@ -334,5 +341,5 @@ func cuLaunchKernel(ctx, function uintptr, cfg *LaunchConfig, stream uintptr, ar
 		C.uint(cfg.Grid.X), C.uint(cfg.Grid.Y), C.uint(cfg.Grid.Z),
 		C.uint(cfg.Block.X), C.uint(cfg.Block.Y), C.uint(cfg.Block.Z),
 		C.uint(cfg.SharedMemoryBytes), C.uintptr_t(stream),
-		data, C.size_t(size), offsets, C.int(count), C.int(repeat)))
+		data, C.size_t(size), offsets, C.int(count), C.int(repeat), boolInt(cfg.Programmatic)))
 }

@@ -19,6 +19,16 @@
 
 #include "kcand_driver.h"
 
+#include <stddef.h>
+
+/* The layouts cuLaunchKernelEx reads (cuda.h, 64-bit). */
+_Static_assert(sizeof(struct kc_launch_attribute) == 72, "CUlaunchAttribute is 72 bytes");
+_Static_assert(offsetof(struct kc_launch_attribute, value) == 8, "CUlaunchAttribute.value at 8");
+_Static_assert(offsetof(struct kc_launch_config, stream) == 32, "CUlaunchConfig.hStream at 32");
+_Static_assert(offsetof(struct kc_launch_config, attrs) == 40, "CUlaunchConfig.attrs at 40");
+_Static_assert(offsetof(struct kc_launch_config, attr_count) == 48, "CUlaunchConfig.numAttrs at 48");
+_Static_assert(sizeof(struct kc_launch_config) == 56, "CUlaunchConfig is 56 bytes");
+
 typedef struct { char reserved[KC_IPC_HANDLE_SIZE]; } kc_ipc_handle; /* CUipcMemHandle, CUipcEventHandle */
 typedef struct { char bytes[16]; } kc_uuid;                          /* CUuuid */
 
@@ -84,6 +94,7 @@ static struct {
 	                            unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
 	                            unsigned int block_x, unsigned int block_y, unsigned int block_z,
 	                            unsigned int shared_bytes, void *stream, void **params, void **extra);
+	kc_result (*cuLaunchKernelEx)(const struct kc_launch_config *config, void *function, void **params, void **extra);
 } drv;
 
 /* The context this thread was bound to by kc_thread_bind, or 0. */
@@ -164,6 +175,7 @@ int kc_driver_open(const char *path, char *message, size_t message_size) {
 		{SLOT(cuOccupancyMaxActiveBlocksPerMultiprocessor), {"cuOccupancyMaxActiveBlocksPerMultiprocessor"}},
 		{SLOT(cuLaunchKernel), {"cuLaunchKernel"}},
 		{SLOT(cuFuncGetParamInfo), {"cuFuncGetParamInfo"}, OPTIONAL}, /* CUDA 12.4 */
+		{SLOT(cuLaunchKernelEx), {"cuLaunchKernelEx"}, OPTIONAL}, /* CUDA 12.0 */
 		/* No fallback to cuStreamBeginCapture: it has another signature, and
 		 * every driver with cuGraphInstantiateWithFlags (11.4) has _v2 (10.1). */
 		{SLOT(cuStreamBeginCapture), {"cuStreamBeginCapture_v2"}, OPTIONAL},
@@ -513,7 +525,7 @@ kc_result kc_launch(uintptr_t context, uintptr_t function,
                     unsigned int block_x, unsigned int block_y, unsigned int block_z,
                     unsigned int shared_bytes, uintptr_t stream,
                     const void *data, size_t data_size, const uint32_t *offsets, int count,
-                    int repeat) {
+                    int repeat, int programmatic) {
 	/* The driver copies parameter values during cuLaunchKernel, so storage
 	 * on this C stack lives long enough, and kernelParams never points
 	 * into Go memory. */
@@ -537,9 +549,21 @@ kc_result kc_launch(uintptr_t context, uintptr_t function,
 	if (r != 0) {
 		return r;
 	}
-	for (int i = 0; i < repeat && r == 0; i++) {
-		r = drv.cuLaunchKernel((void *)function, grid_x, grid_y, grid_z, block_x, block_y, block_z,
-		                       shared_bytes, (void *)stream, count > 0 ? params : NULL, NULL);
+	if (programmatic && drv.cuLaunchKernelEx != NULL) {
+		struct kc_launch_attribute attribute;
+		memset(&attribute, 0, sizeof(attribute));
+		attribute.id = KC_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		attribute.value.allowed = 1;
+		struct kc_launch_config config = {grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes,
+		                                  (void *)stream, &attribute, 1};
+		for (int i = 0; i < repeat && r == 0; i++) {
+			r = drv.cuLaunchKernelEx(&config, (void *)function, count > 0 ? params : NULL, NULL);
+		}
+	} else {
+		for (int i = 0; i < repeat && r == 0; i++) {
+			r = drv.cuLaunchKernel((void *)function, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+			                       shared_bytes, (void *)stream, count > 0 ? params : NULL, NULL);
+		}
 	}
 	leave(previous, switched);
 	return r;

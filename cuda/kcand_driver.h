@@ -116,14 +116,39 @@ kc_result kc_graph_destroy(uintptr_t graph);
 kc_result kc_graph_exec_destroy(uintptr_t exec);
 kc_result kc_graph_launch(uintptr_t context, uintptr_t exec, uintptr_t stream);
 
+/* CUlaunchAttribute and CUlaunchConfig of cuda.h (CUDA 12.0+), written out
+ * so that building needs no CUDA header: an attribute is its id, padding to
+ * 8 bytes, and a 64-byte value union; the configuration is the launch
+ * shape, the stream, and the attribute array. */
+#define KC_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+struct kc_launch_attribute {
+	int id;
+	char pad[4];
+	union {
+		char bytes[64];
+		void *align; /* the union holds pointers in cuda.h */
+		int allowed; /* programmaticStreamSerializationAllowed */
+	} value;
+};
+struct kc_launch_config {
+	unsigned int grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+	void *stream;
+	struct kc_launch_attribute *attrs;
+	unsigned int attr_count;
+};
+
 /* kc_launch copies the packed parameters (data, with each parameter's
  * offset) into C storage, points kernelParams at it, and calls
- * cuLaunchKernel repeat times (repeat > 1 only to measure the launch floor). */
+ * cuLaunchKernel repeat times (repeat > 1 only to measure the launch floor).
+ * With programmatic set and a driver that has cuLaunchKernelEx (CUDA 12.0+),
+ * the launch allows programmatic stream serialization: the kernel may start
+ * before the previous work in the stream has finished, and waits for it
+ * with griddepcontrol.wait; on older drivers it is a plain launch. */
 kc_result kc_launch(uintptr_t context, uintptr_t function,
                     unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
                     unsigned int block_x, unsigned int block_y, unsigned int block_z,
                     unsigned int shared_bytes, uintptr_t stream,
                     const void *data, size_t data_size, const uint32_t *offsets, int count,
-                    int repeat);
+                    int repeat, int programmatic);
 
 #endif

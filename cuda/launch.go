@@ -21,6 +21,15 @@ type LaunchConfig struct {
 	Grid              Dim3
 	Block             Dim3
 	SharedMemoryBytes int
+	// Programmatic lets the kernel start before the work ahead of it in the
+	// stream has finished (programmatic dependent launch, compute
+	// capability 9.0+, CUDA 12.0+ drivers): the kernel must wait for that
+	// work with griddepcontrol.wait before it reads what the work wrote or
+	// writes what the work reads, and may release its own dependents early
+	// with griddepcontrol.launch_dependents. Without driver or device
+	// support the launch is an ordinary one, which such a kernel also
+	// runs correctly under.
+	Programmatic bool
 }
 
 // String formats the configuration for error messages.

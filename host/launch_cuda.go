@@ -125,6 +125,7 @@ func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer
 				Grid:              cuda.Dim3{X: int(ln.Grid[0]), Y: int(ln.Grid[1]), Z: int(ln.Grid[2])},
 				Block:             cuda.Dim3{X: int(ln.Block[0]), Y: int(ln.Block[1]), Z: int(ln.Block[2])},
 				SharedMemoryBytes: int(ln.SharedBytes),
+				Programmatic:      ln.Programmatic,
 			},
 			params: ln.Params,
 			args:   cuda.NewArgs(),

@@ -213,7 +213,7 @@ func launchPlanToProto(p *LaunchPlan) *pb.LaunchPlan {
 		out.Modules = append(out.Modules, &pb.Module{Hash: m.Hash, Kind: string(m.Kind), Image: m.Image})
 	}
 	for _, l := range p.Launches {
-		pl := &pb.Launch{Module: l.Module, Function: l.Function, Grid: l.Grid[:], Block: l.Block[:], SharedBytes: l.SharedBytes}
+		pl := &pb.Launch{Module: l.Module, Function: l.Function, Grid: l.Grid[:], Block: l.Block[:], SharedBytes: l.SharedBytes, Programmatic: l.Programmatic}
 		for _, prm := range l.Params {
 			pl.Params = append(pl.Params, &pb.Param{Buffer: prm.Buffer, Offset: prm.Offset, Scalar: prm.Scalar})
 		}
@@ -239,7 +239,7 @@ func launchPlanFromProto(p *pb.LaunchPlan) *LaunchPlan {
 		if l == nil {
 			continue
 		}
-		launch := Launch{Module: l.Module, Function: l.Function, SharedBytes: l.SharedBytes}
+		launch := Launch{Module: l.Module, Function: l.Function, SharedBytes: l.SharedBytes, Programmatic: l.Programmatic}
 		if len(l.Grid) == 3 {
 			copy(launch.Grid[:], l.Grid)
 		}

@@ -48,6 +48,13 @@ type Launch struct {
 	Block       [3]uint32
 	SharedBytes uint32
 	Params      []Param
+	// Programmatic lets the launch start before the one ahead of it has
+	// finished (programmatic dependent launch on compute capability 9.0+;
+	// an ordinary launch elsewhere). Its kernel must execute
+	// griddepcontrol.wait before it touches memory the launch ahead uses;
+	// work it does before that (setting up, loading weights) overlaps the
+	// launch ahead.
+	Programmatic bool
 }
 
 // LaunchPlan is what an exported candidate gives the host: modules and the

@@ -87,6 +87,12 @@ func TestKnownModulesNeedNoImage(t *testing.T) {
 func TestLaunchPlanSurvivesTheWire(t *testing.T) {
 	p := goodPlan()
 	assert.Equal(t, p, launchPlanFromProto(launchPlanToProto(p)))
+	second := p.Launches[0]
+	second.Programmatic = true
+	p.Launches = append(p.Launches, second)
+	back := launchPlanFromProto(launchPlanToProto(p))
+	assert.Equal(t, p, back)
+	assert.Equal(t, []bool{false, true}, []bool{back.Launches[0].Programmatic, back.Launches[1].Programmatic}, "a launch keeps its early start")
 	assert.Nil(t, launchPlanFromProto(nil))
 	stripped := withoutKnownImages(*p, []string{p.Modules[0].Hash})
 	assert.Empty(t, stripped.Modules[0].Image, "a module the host has is sent without its image")

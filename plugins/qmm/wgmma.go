@@ -273,9 +273,13 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 		SharedBytes: uint32(wgXPrepTokens * 2 * req.InFeatures),
 		Params:      []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, splits, rowFirst},
 	}
+	// The main kernel and the reduction start early (programmatic
+	// dependent launch): the main kernel's weight copies and set-up
+	// overlap the end of xprep, and each waits for the kernel ahead of it
+	// before it reads the workspace (wg.cu, kc_grid_wait).
 	l.main = gpukernel.Launch{
 		Grid: [3]uint32{uint32(c.mainBlocks(req)), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
-		SharedBytes: uint32(c.sharedBytes()),
+		SharedBytes: uint32(c.sharedBytes()), Programmatic: true,
 		Params: []sdk.Param{ws, sdk.BufferParam(affine.Weight), sdk.BufferParam(affine.Scales), sdk.BufferParam(affine.Biases),
 			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band)), splits, sdk.Int32Param(int32(c.Full))},
 	}
@@ -283,7 +287,8 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 		chunks := req.Tokens * ((req.OutFeatures - c.rowFirst()) / 8)
 		l.reduce = &gpukernel.Launch{
 			Grid: [3]uint32{uint32(min(ceilDiv(chunks, wgReduceThreads), wgReduceBlocks)), 1, 1}, Block: [3]uint32{wgReduceThreads, 1, 1},
-			Params: []sdk.Param{ws, bias, sdk.BufferParam(affine.Y), tok, in, out, rowFirst},
+			Programmatic: true,
+			Params:       []sdk.Param{ws, bias, sdk.BufferParam(affine.Y), tok, in, out, rowFirst},
 		}
 	}
 	return l

@@ -112,6 +112,8 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, [3]uint32{uint32(tiles * c.BN / 2), 1, 1}, xprep.Grid, req.Key())
 		assert.Equal(t, [3]uint32{128, 1, 1}, xprep.Block)
 		assert.Equal(t, uint32(4*req.InFeatures), xprep.SharedBytes, "two rows of bf16 x")
+		assert.False(t, xprep.Programmatic, "xprep reads x, which the engine's work ahead writes: no early start")
+		assert.True(t, main.Programmatic, "the main kernel starts early and waits for xprep in the kernel")
 		require.Len(t, xprep.Params, 7)
 		assert.Equal(t, int32(c.Splits), int32Of(t, xprep.Params[5]))
 		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, xprep.Params[6]), "sums cleared from the first split row")
@@ -148,6 +150,7 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 			assert.Equal(t, uint32(132+5*4), main.Grid[0])
 			assert.Equal(t, [3]uint32{35, 1, 1}, l.reduce.Grid, "136 tokens × 65 chunks, 256 per block")
 		}
+		assert.True(t, l.reduce.Programmatic)
 		require.Len(t, l.reduce.Params, 7)
 		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, l.reduce.Params[6]))
 		assert.Equal(t, sdk.BufferWorkspace, l.reduce.Params[0].Buffer)

@@ -144,6 +144,10 @@ type Launch struct {
 	Grid, Block [3]uint32
 	SharedBytes uint32
 	Params      []sdk.Param
+	// Programmatic: the launch may start while the one ahead of it in the
+	// stream finishes; the kernel waits for it with griddepcontrol.wait
+	// (see sdk.Launch).
+	Programmatic bool
 }
 
 // Step is one launch of one kernel, part of a candidate's execution.
@@ -168,6 +172,7 @@ func Plan(steps ...Step) sdk.LaunchPlan {
 		}
 		plan.Launches = append(plan.Launches, sdk.Launch{
 			Module: k.Module.Hash, Function: k.Entry, Grid: l.Grid, Block: l.Block, SharedBytes: l.SharedBytes, Params: l.Params,
+			Programmatic: l.Programmatic,
 		})
 	}
 	return plan
@@ -196,6 +201,7 @@ func (k *Kernel) Run(l Launch, buffers map[string]device.Buffer) error {
 		Grid:              cuda.Dim3{X: int(l.Grid[0]), Y: int(l.Grid[1]), Z: int(l.Grid[2])},
 		Block:             cuda.Dim3{X: int(l.Block[0]), Y: int(l.Block[1]), Z: int(l.Block[2])},
 		SharedMemoryBytes: int(l.SharedBytes),
+		Programmatic:      l.Programmatic,
 	}
 	return k.fn.Launch(k.dev.Stream(), cfg, args)
 }

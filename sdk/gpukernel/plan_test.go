@@ -20,7 +20,7 @@ func TestPlanKeepsOrderAndListsEachModuleOnce(t *testing.T) {
 	ws := sdk.BufferParam(sdk.BufferWorkspace)
 	plan := Plan(
 		Step{Kernel: prep, Launch: Launch{Grid: [3]uint32{2, 3, 1}, Block: [3]uint32{64, 1, 1}, Params: []sdk.Param{ws}}},
-		Step{Kernel: main, Launch: Launch{Grid: [3]uint32{7, 1, 1}, Block: [3]uint32{384, 1, 1}, SharedBytes: 1 << 17, Params: []sdk.Param{ws}}},
+		Step{Kernel: main, Launch: Launch{Grid: [3]uint32{7, 1, 1}, Block: [3]uint32{384, 1, 1}, SharedBytes: 1 << 17, Params: []sdk.Param{ws}, Programmatic: true}},
 		Step{Kernel: other, Launch: Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}}},
 	)
 	require.Len(t, plan.Modules, 2)
@@ -30,6 +30,7 @@ func TestPlanKeepsOrderAndListsEachModuleOnce(t *testing.T) {
 	assert.Equal(t, []string{"prep", "main", "other"}, []string{plan.Launches[0].Function, plan.Launches[1].Function, plan.Launches[2].Function})
 	assert.Equal(t, m1.Hash, plan.Launches[1].Module)
 	assert.Equal(t, uint32(1<<17), plan.Launches[1].SharedBytes)
+	assert.Equal(t, []bool{false, true, false}, []bool{plan.Launches[0].Programmatic, plan.Launches[1].Programmatic, plan.Launches[2].Programmatic})
 	assert.Equal(t, sdk.BufferWorkspace, plan.Launches[0].Params[0].Buffer)
 
 	single := main.Plan(Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}})

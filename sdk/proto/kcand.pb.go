@@ -1055,13 +1055,16 @@ func (x *Param) GetScalar() []byte {
 }
 
 type Launch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Module        string                 `protobuf:"bytes,1,opt,name=module,proto3" json:"module,omitempty"`
-	Function      string                 `protobuf:"bytes,2,opt,name=function,proto3" json:"function,omitempty"`
-	Grid          []uint32               `protobuf:"varint,3,rep,packed,name=grid,proto3" json:"grid,omitempty"`
-	Block         []uint32               `protobuf:"varint,4,rep,packed,name=block,proto3" json:"block,omitempty"`
-	SharedBytes   uint32                 `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
-	Params        []*Param               `protobuf:"bytes,6,rep,name=params,proto3" json:"params,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Module      string                 `protobuf:"bytes,1,opt,name=module,proto3" json:"module,omitempty"`
+	Function    string                 `protobuf:"bytes,2,opt,name=function,proto3" json:"function,omitempty"`
+	Grid        []uint32               `protobuf:"varint,3,rep,packed,name=grid,proto3" json:"grid,omitempty"`
+	Block       []uint32               `protobuf:"varint,4,rep,packed,name=block,proto3" json:"block,omitempty"`
+	SharedBytes uint32                 `protobuf:"varint,5,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
+	Params      []*Param               `protobuf:"bytes,6,rep,name=params,proto3" json:"params,omitempty"`
+	// programmatic: the launch may start before the one ahead of it has
+	// finished; its kernel waits for it with griddepcontrol.wait.
+	Programmatic  bool `protobuf:"varint,7,opt,name=programmatic,proto3" json:"programmatic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1136,6 +1139,13 @@ func (x *Launch) GetParams() []*Param {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *Launch) GetProgrammatic() bool {
+	if x != nil {
+		return x.Programmatic
+	}
+	return false
 }
 
 type LaunchPlan struct {
@@ -1838,14 +1848,15 @@ const file_kcand_proto_rawDesc = "" +
 	"\x05Param\x12\x16\n" +
 	"\x06buffer\x18\x01 \x01(\tR\x06buffer\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06scalar\x18\x03 \x01(\fR\x06scalar\"\xb2\x01\n" +
+	"\x06scalar\x18\x03 \x01(\fR\x06scalar\"\xd6\x01\n" +
 	"\x06Launch\x12\x16\n" +
 	"\x06module\x18\x01 \x01(\tR\x06module\x12\x1a\n" +
 	"\bfunction\x18\x02 \x01(\tR\bfunction\x12\x12\n" +
 	"\x04grid\x18\x03 \x03(\rR\x04grid\x12\x14\n" +
 	"\x05block\x18\x04 \x03(\rR\x05block\x12!\n" +
 	"\fshared_bytes\x18\x05 \x01(\rR\vsharedBytes\x12'\n" +
-	"\x06params\x18\x06 \x03(\v2\x0f.kcand.v1.ParamR\x06params\"f\n" +
+	"\x06params\x18\x06 \x03(\v2\x0f.kcand.v1.ParamR\x06params\x12\"\n" +
+	"\fprogrammatic\x18\a \x01(\bR\fprogrammatic\"f\n" +
 	"\n" +
 	"LaunchPlan\x12*\n" +
 	"\amodules\x18\x01 \x03(\v2\x10.kcand.v1.ModuleR\amodules\x12,\n" +

@@ -4,7 +4,8 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
-// Entry points, launched in this order on one stream:
+// Entry points, launched in this order on one stream (the main kernel and
+// the reduction with early start: see kc_grid_wait):
 //   affine_wg_xprep(x, ws, tokens, in_features, out_features, splits, row_first)
 //     grid (ceil(tokens/BN) * BN / XPREP_TOKENS), block XPREP_THREADS,
 //     dynamic shared memory XPREP_TOKENS * in_features * 2 bytes (so
@@ -196,6 +197,15 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// Programmatic dependent launch (sm_90). The Go plan launches the main and
+// reduce kernels with early start: each may begin while the kernel ahead of
+// it finishes, and waits for it (kc_grid_wait: that grid has completed and
+// its writes are visible) before touching the workspace or y. Each kernel
+// releases its dependents at its start, so that the next one's blocks can
+// be placed as soon as SMs free up. Both are no-ops in an ordinary launch.
+KC_DEV void kc_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 // ---------------------------------------------------------------------------
 // Xprep: one block per XPREP_TOKENS tokens of the padded tiles. Their rows
 // of x arrive in shared memory by one bulk copy each; the block finds each
@@ -220,6 +230,7 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
     __shared__ __align__(8) u64 bar;
     __shared__ u32 part[XPREP_THREADS / 32];
     __shared__ float inv[XPREP_TOKENS];                       // 1 / sigma per token
+    kc_grid_release();
     const int tid = threadIdx.x;
     const int tok0 = blockIdx.x * XPREP_TOKENS;
     const int real = max(0, min(XPREP_TOKENS, tokens - tok0));   // tokens of this block inside x
@@ -441,6 +452,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int wstages = (groups + AG - 1) / AG;
     const int g0 = split * wstages / nsplit * AG;
     const int n = min(groups, (split + 1) * wstages / nsplit * AG) - g0;
+    kc_grid_release();
     if (n <= 0) return;
 
     const u32 sbase = kc_smem(smem), abase = sbase + STAGES * STAGE_BYTES;
@@ -467,6 +479,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         if (warp == WGS * 4) {
             // x: one bulk copy per group, issued by one lane.
             if (lane == 0) {
+                kc_grid_wait();   // xprep's stages (the weight warp starts at once)
                 const unsigned char* xsrc = xp + (long long)tile * groups * STAGE_BYTES;
                 for (int i = 0; i < n; ++i) {
                     const int s = i % STAGES;
@@ -611,7 +624,9 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     };
 
     // The epilogue's token scales and bias, loaded while the rings fill
-    // (read after the epilogue's first consumer barrier).
+    // (read after the epilogue's first consumer barrier); the scales, and
+    // with a split K the cleared sums, are xprep's, so wait for it.
+    kc_grid_wait();
     const float* sigma = reinterpret_cast<const float*>(xp + kc_sigma_offset(tokens, in_features));
     for (int i = tid; i < BN; i += WGS * 128) ssigma[i] = tile * BN + i < tokens ? sigma[tile * BN + i] : 0.f;
     for (int i = tid; i < ROWS; i += WGS * 128) sbias[i] = bias != nullptr ? bias[min(row0 + i, out_features - 1)] : (u16)0;
@@ -701,6 +716,7 @@ extern "C" __global__ void __launch_bounds__(256)
 affine_wg_reduce(const unsigned char* __restrict__ ws, const u16* __restrict__ bias, u16* __restrict__ y,
                  int tokens, int in_features, int out_features, int row_first)
 {
+    kc_grid_wait();   // the main kernel's sums
     const float* sum = reinterpret_cast<const float*>(ws + kc_sum_offset(tokens, in_features));
     const int per_tok = (out_features - row_first) / 8;
     const long long chunks = (long long)tokens * per_tok;
