@@ -1025,10 +1025,13 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 
     # xprep: two tokens per block over the padded tiles, their rows of x in
     # shared memory (XPREP_TOKENS, XPREP_THREADS in wg.cu)
+    # The plugin launches main and reduce with early start (wg.cu,
+    # kc_grid_wait); so does this, unless --no-pdl.
+    late = launch_programmatic if WG_PDL else (lambda k, g, b, a, shared_mem=0: k(g, b, a, shared_mem=shared_mem))
     parts = [("xprep", lambda: xprep((tiles * bn // 2, 1, 1), (128, 1, 1), args_xprep, shared_mem=4 * in_f)),
-             ("main", lambda: main((grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
+             ("main", lambda: late(main, (grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
     if reduce is not None:
-        parts.append(("reduce", lambda: reduce((min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1), args_reduce)))
+        parts.append(("reduce", lambda: late(reduce, (min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1), args_reduce)))
 
     def on_stream(fn):
         def go():
@@ -1046,6 +1049,46 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 
 WG_TOKENS = (256, 4096)
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
+WG_PDL = True         # --no-pdl: launch the wgmma path's main kernel and reduction without early start
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute (cuda.h): id, padding to 8 bytes, a 64-byte value."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h)."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("count", ctypes.c_uint)]
+
+
+_LIBCUDA = None
+
+
+def launch_programmatic(kern, grid, block, args, shared_mem=0):
+    """Launches kern (a cupy kernel) on torch's current stream with
+    programmatic stream serialization (cuLaunchKernelEx), as the Go host
+    launches a plan step marked Programmatic: it may start before the kernel
+    ahead finishes and waits for it with griddepcontrol.wait. args are the
+    numpy scalars cupy would take (np.uint64 pointers, np.int32)."""
+    import numpy as np
+    import torch
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        _LIBCUDA = ctypes.CDLL("libcuda.so.1")
+        _LIBCUDA.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p,
+                                              ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    values = [ctypes.c_uint64(int(a)) if isinstance(a, np.uint64) else ctypes.c_int32(int(a)) for a in args]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+    attr = _LaunchAttribute(id=6)   # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value[0] = 1
+    cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_mem,
+                        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), ctypes.pointer(attr), 1)
+    fn = getattr(kern, "kernel", kern)
+    r = _LIBCUDA.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(fn.ptr), params, None)
+    if r != 0:
+        raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {r}")
 WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
 
 
@@ -1174,9 +1217,12 @@ def main():
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS]]]],... (default WG_CONFIGS)")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
+    ap.add_argument("--no-pdl", action="store_true",
+                    help="launch the wgmma path's main kernel and reduction without early start (the plugin uses it)")
     args = ap.parse_args()
-    global KERNELS
+    global KERNELS, WG_PDL
     KERNELS = tuple(args.kernel or ())
+    WG_PDL = not args.no_pdl
     global STREAM_ONLY, BENCH_TOKENS, BENCH_SHAPES
     STREAM_ONLY = args.stream_sweep
     if args.stream_configs:

@@ -25,7 +25,9 @@ def main():
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--shapes", default="4096x4096,4096x14336,14336x4096,8192x28672,28672x8192")
     ap.add_argument("--define", action="append", default=[], help="extra wg.cu macro K=V (diagnostics)")
+    ap.add_argument("--no-pdl", action="store_true", help="main and reduce without early start")
     args = ap.parse_args()
+    ak.WG_PDL = not args.no_pdl
     extra = {k: int(v) for k, v in (d.split("=") for d in args.define)}
     ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
     t = args.tokens
