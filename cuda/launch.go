@@ -34,8 +34,12 @@ type LaunchConfig struct {
 
 // String formats the configuration for error messages.
 func (c LaunchConfig) String() string {
-	return fmt.Sprintf("grid (%d,%d,%d) block (%d,%d,%d) shared %d bytes",
+	s := fmt.Sprintf("grid (%d,%d,%d) block (%d,%d,%d) shared %d bytes",
 		c.Grid.X, c.Grid.Y, c.Grid.Z, c.Block.X, c.Block.Y, c.Block.Z, c.SharedMemoryBytes)
+	if c.Programmatic {
+		s += ", programmatic"
+	}
+	return s
 }
 
 // Launch enqueues the kernel on s with args. It runs on the caller's thread:

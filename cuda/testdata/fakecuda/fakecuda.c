@@ -574,7 +574,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s) {
 
 /* ---- modules and kernels ---- */
 
-enum kernel_kind { FILL, SPIN_AFFINE, SHARED_SUM, EMPTY, ADD, SCALE_FLOAT };
+enum kernel_kind { FILL, SPIN_AFFINE, SHARED_SUM, EMPTY, ADD, SCALE_FLOAT, PDL_PRODUCER, PDL_CONSUMER };
 
 /* The parameter sizes each test kernel declares, in order; each parameter
  * lies at its natural alignment, as the compiler lays them out. */
@@ -591,6 +591,8 @@ static const param_layout layouts[] = {
 	[EMPTY] = {2, {8, 4}},             /* float *p, int n */
 	[ADD] = {2, {8, 4}},               /* unsigned *x, unsigned delta */
 	[SCALE_FLOAT] = {3, {8, 4, 4}},    /* float *data, float factor, unsigned n */
+	[PDL_PRODUCER] = {4, {8, 8, 4, 8}}, /* unsigned *p, unsigned long long ns, unsigned v, unsigned long long *done */
+	[PDL_CONSUMER] = {3, {8, 8, 8}},    /* const unsigned *p, unsigned *q, unsigned long long *started */
 };
 
 static size_t param_offset(const param_layout *layout, int index) {
@@ -659,6 +661,10 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
 		kind = ADD;
 	else if (strcmp(name, "_Z11kcand_scaleIfEvPT_S0_j") == 0)
 		kind = SCALE_FLOAT;
+	else if (strcmp(name, "kc_pdl_producer") == 0)
+		kind = PDL_PRODUCER;
+	else if (strcmp(name, "kc_pdl_consumer") == 0)
+		kind = PDL_CONSUMER;
 	else
 		return NOT_FOUND;
 	function *fn = calloc(1, sizeof(function));
@@ -789,6 +795,28 @@ static CUresult run_kernel(const function *fn, const unsigned grid[3], const uns
 		x[0] += ARG(unsigned, 1);
 		return OK;
 	}
+	case PDL_PRODUCER: {
+		unsigned *out = (unsigned *)(uintptr_t)ARG(CUdeviceptr, 0);
+		unsigned long long *done = (unsigned long long *)(uintptr_t)ARG(CUdeviceptr, 3);
+		if (!inside((CUdeviceptr)(uintptr_t)out, (size_t)block[0] * 4) || !inside((CUdeviceptr)(uintptr_t)done, 8))
+			return ILLEGAL_ADDRESS;
+		for (unsigned i = 0; i < block[0]; i++)
+			out[i] = ARG(unsigned, 2) + i;
+		*done = 2000;
+		return OK;
+	}
+	case PDL_CONSUMER: {
+		const unsigned *in = (const unsigned *)(uintptr_t)ARG(CUdeviceptr, 0);
+		unsigned *out = (unsigned *)(uintptr_t)ARG(CUdeviceptr, 1);
+		unsigned long long *started = (unsigned long long *)(uintptr_t)ARG(CUdeviceptr, 2);
+		if (!inside((CUdeviceptr)(uintptr_t)in, (size_t)block[0] * 4) || !inside((CUdeviceptr)(uintptr_t)out, (size_t)block[0] * 4) ||
+		    !inside((CUdeviceptr)(uintptr_t)started, 8))
+			return ILLEGAL_ADDRESS;
+		*started = 3000;
+		for (unsigned i = 0; i < block[0]; i++)
+			out[i] = in[i] * 3;
+		return OK;
+	}
 	case SCALE_FLOAT: {
 		float *data = (float *)(uintptr_t)ARG(CUdeviceptr, 0);
 		float factor = ARG(float, 1);
@@ -805,6 +833,36 @@ static CUresult run_kernel(const function *fn, const unsigned grid[3], const uns
 }
 
 static CUresult capture_launch(stream *st, const launch_record *launch);
+
+#if FAKECUDA_DRIVER_VERSION >= 12000
+/* CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out. The fake
+ * runs launches in order, so an early start changes nothing here; it
+ * checks that the one attribute kcand sends is programmatic stream
+ * serialization, allowed. */
+typedef struct {
+	int id;
+	char pad[4];
+	union { char bytes[64]; void *align; int allowed; } value;
+} launch_attribute;
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, shared;
+	void *stream;
+	launch_attribute *attrs;
+	unsigned count;
+} launch_config;
+
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void *s, void **params, void **extra);
+
+CUresult cuLaunchKernelEx(const launch_config *c, void *f, void **params, void **extra) {
+	NEED_CONTEXT();
+	if (c == NULL || (c->count > 0 && c->attrs == NULL) || c->count > 1)
+		return INVALID_VALUE;
+	if (c->count == 1 && (c->attrs[0].id != 6 || c->attrs[0].value.allowed != 1))
+		return INVALID_VALUE;
+	return cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shared, c->stream, params, extra);
+}
+#endif
 
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *s, void **params, void **extra) {
