@@ -79,9 +79,11 @@ func (e *Executable) Plan() *Plan {
 // Run executes on io (input and output bindings by name). On the exported
 // path the work is enqueued on stream and Run returns at once; on the
 // remote path Run waits for stream, has the plugin execute, and returns
-// when the outputs are written. A binding that is missing or smaller than
-// the request needs (on the exported path also one that is not GPU memory)
-// is an error naming it (io.NAME) before any work is enqueued.
+// when the outputs are written. An input or output binding that is missing
+// or smaller than the request needs is an error naming it (io.NAME) before
+// any work is enqueued; on the exported path that holds for the bindings
+// the candidate's kernels use (for the affine family, x and y), and one
+// that is not GPU memory is refused too.
 //
 // Runs of one executable share the candidate's scratch workspace (when it
 // has one): order runs of the same executable on different streams, or

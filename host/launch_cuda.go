@@ -119,19 +119,25 @@ func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer
 			}
 		}
 		out.launches = append(out.launches, &cudaLaunch{
-			fn:    fn,
-			slots: slots[i],
-			config: cuda.LaunchConfig{
-				Grid:              cuda.Dim3{X: int(ln.Grid[0]), Y: int(ln.Grid[1]), Z: int(ln.Grid[2])},
-				Block:             cuda.Dim3{X: int(ln.Block[0]), Y: int(ln.Block[1]), Z: int(ln.Block[2])},
-				SharedMemoryBytes: int(ln.SharedBytes),
-				Programmatic:      ln.Programmatic,
-			},
+			fn:     fn,
+			slots:  slots[i],
+			config: launchConfig(ln),
 			params: ln.Params,
 			args:   cuda.NewArgs(),
 		})
 	}
 	return out, nil
+}
+
+// launchConfig is how the driver is to run ln: its shape, shared memory
+// and early start.
+func launchConfig(ln sdk.Launch) cuda.LaunchConfig {
+	return cuda.LaunchConfig{
+		Grid:              cuda.Dim3{X: int(ln.Grid[0]), Y: int(ln.Grid[1]), Z: int(ln.Grid[2])},
+		Block:             cuda.Dim3{X: int(ln.Block[0]), Y: int(ln.Block[1]), Z: int(ln.Block[2])},
+		SharedMemoryBytes: int(ln.SharedBytes),
+		Programmatic:      ln.Programmatic,
+	}
 }
 
 // checkParams compares the plan's parameters with the kernel's own layout

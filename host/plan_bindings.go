@@ -13,16 +13,16 @@ import (
 // launch plan's kernels take. Each distinct binding name is resolved once
 // per run, whatever number of launches and parameters use it; the fixed
 // bindings (weights, workspace) are resolved at load, and a run looks them
-// up only when its io holds more buffers than the plan's own inputs and
+// up only when its io holds more buffers than the plan's required inputs and
 // outputs, that is when it may replace one (as weight rotation does). Not
 // safe for concurrent use: the plan's mutex guards it.
 type planBindings struct {
-	names []string         // distinct buffer names, in order of first use
-	need  []int64          // bytes a buffer bound to names[i] must hold
-	fixed []bool           // names[i] has a fixed binding
-	addr  []cuda.DevicePtr // fixed addresses at load; this run's after resolve
-	base  []cuda.DevicePtr // the fixed addresses, to restore after a replacement
-	own   int              // names a run must supply
+	names    []string         // distinct buffer names, in order of first use
+	need     []int64          // bytes a buffer bound to names[i] must hold
+	fixed    []bool           // names[i] has a fixed binding
+	addr     []cuda.DevicePtr // fixed addresses at load; this run's after resolve
+	base     []cuda.DevicePtr // the fixed addresses, to restore after a replacement
+	required int              // names a run must supply
 }
 
 // newPlanBindings indexes the buffer parameters of launches (one parameter
@@ -65,7 +65,7 @@ func (b *planBindings) add(name string, fixed map[string]device.Buffer, ioSizes 
 		}
 		addr, need, isFixed = cuda.DevicePtr(dm.DevicePointer()), f.Size(), true
 	} else {
-		b.own++
+		b.required++
 	}
 	b.names = append(b.names, name)
 	b.need = append(b.need, need)
@@ -92,7 +92,7 @@ func (b *planBindings) resolve(io map[string]device.Buffer) error {
 			return err
 		}
 	}
-	replaces := len(io) > b.own // io holds more than the run's own buffers
+	replaces := len(io) > b.required // io holds more than the run's required buffers
 	for i, name := range b.names {
 		if !b.fixed[i] {
 			continue

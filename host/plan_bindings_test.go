@@ -108,3 +108,13 @@ func TestPlanBindingsRefuseBadBuffers(t *testing.T) {
 	_, _, err := newPlanBindings([][]sdk.Param{{sdk.BufferParam("weight")}}, map[string]device.Buffer{"weight": hostBuffer{size: 8}}, nil)
 	assert.ErrorIs(t, err, errdefs.ErrInvalidRequest, "a fixed binding must be GPU memory")
 }
+
+// A plan launch's shape, shared memory and early start reach the driver's
+// launch configuration unchanged.
+func TestLaunchConfigCarriesEarlyStart(t *testing.T) {
+	ln := sdk.Launch{Grid: [3]uint32{7, 2, 1}, Block: [3]uint32{384, 1, 1}, SharedBytes: 1 << 17, Programmatic: true}
+	want := cuda.LaunchConfig{Grid: cuda.Dim3{X: 7, Y: 2, Z: 1}, Block: cuda.Dim3{X: 384, Y: 1, Z: 1}, SharedMemoryBytes: 1 << 17, Programmatic: true}
+	assert.Equal(t, want, launchConfig(ln))
+	ln.Programmatic = false
+	assert.False(t, launchConfig(ln).Programmatic)
+}

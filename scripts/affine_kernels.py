@@ -1027,11 +1027,12 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     # shared memory (XPREP_TOKENS, XPREP_THREADS in wg.cu)
     # The plugin launches main and reduce with early start (wg.cu,
     # kc_grid_wait); so does this, unless --no-pdl.
-    late = launch_programmatic if WG_PDL else (lambda k, g, b, a, shared_mem=0: k(g, b, a, shared_mem=shared_mem))
+    launch_early = launch_programmatic if WG_PDL else (lambda k, g, b, a, shared_mem=0: k(g, b, a, shared_mem=shared_mem))
     parts = [("xprep", lambda: xprep((tiles * bn // 2, 1, 1), (128, 1, 1), args_xprep, shared_mem=4 * in_f)),
-             ("main", lambda: late(main, (grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
+             ("main", lambda: launch_early(main, (grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
     if reduce is not None:
-        parts.append(("reduce", lambda: late(reduce, (min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1), args_reduce)))
+        parts.append(("reduce", lambda: launch_early(reduce, (min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1),
+                                                     args_reduce)))
 
     def on_stream(fn):
         def go():
@@ -1048,13 +1049,19 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 
 
 WG_TOKENS = (256, 4096)
+WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
 WG_PDL = True         # --no-pdl: launch the wgmma path's main kernel and reduction without early start
 
 
+class _LaunchAttributeValue(ctypes.Union):
+    """CUlaunchAttributeValue (cuda.h): 64 bytes, aligned for the pointers it may hold."""
+    _fields_ = [("pad", ctypes.c_char * 64), ("align", ctypes.c_void_p), ("allowed", ctypes.c_int)]
+
+
 class _LaunchAttribute(ctypes.Structure):
-    """CUlaunchAttribute (cuda.h): id, padding to 8 bytes, a 64-byte value."""
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+    """CUlaunchAttribute (cuda.h): id, padding to 8 bytes, the value."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", _LaunchAttributeValue)]
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -1079,17 +1086,23 @@ def launch_programmatic(kern, grid, block, args, shared_mem=0):
         _LIBCUDA = ctypes.CDLL("libcuda.so.1")
         _LIBCUDA.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p,
                                               ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-    values = [ctypes.c_uint64(int(a)) if isinstance(a, np.uint64) else ctypes.c_int32(int(a)) for a in args]
+    values = []
+    for a in args:
+        if isinstance(a, np.uint64):
+            values.append(ctypes.c_uint64(int(a)))
+        elif isinstance(a, np.int32):
+            values.append(ctypes.c_int32(int(a)))
+        else:
+            raise TypeError(f"launch_programmatic packs np.uint64 and np.int32 arguments, not {type(a).__name__}")
     params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
     attr = _LaunchAttribute(id=6)   # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-    attr.value[0] = 1
+    attr.value.allowed = 1
     cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_mem,
                         ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), ctypes.pointer(attr), 1)
     fn = getattr(kern, "kernel", kern)
     r = _LIBCUDA.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(fn.ptr), params, None)
     if r != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {r}")
-WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
 
 
 def run_wg(quick: bool, bench: bool = True):

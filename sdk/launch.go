@@ -48,12 +48,16 @@ type Launch struct {
 	Block       [3]uint32
 	SharedBytes uint32
 	Params      []Param
-	// Programmatic lets the launch start before the one ahead of it has
-	// finished (programmatic dependent launch on compute capability 9.0+;
-	// an ordinary launch elsewhere). Its kernel must execute
-	// griddepcontrol.wait before it touches memory the launch ahead uses;
-	// work it does before that (setting up, loading weights) overlaps the
-	// launch ahead.
+	// Programmatic lets the launch start before earlier work in the stream
+	// has finished (programmatic dependent launch on compute capability
+	// 9.0+; an ordinary launch elsewhere). Its kernel must execute
+	// griddepcontrol.wait before it reads or writes anything that earlier
+	// work reads or writes: the launch ahead may itself have started early
+	// and not have waited yet. Work before the wait (setting up, loading
+	// weights nothing earlier writes) overlaps the earlier work. The
+	// host's correctness checks run each launch after the work ahead has
+	// finished, so they cannot catch a missing wait: it is the kernel
+	// author's to get right.
 	Programmatic bool
 }
 

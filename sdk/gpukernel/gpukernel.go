@@ -144,10 +144,22 @@ type Launch struct {
 	Grid, Block [3]uint32
 	SharedBytes uint32
 	Params      []sdk.Param
-	// Programmatic: the launch may start while the one ahead of it in the
-	// stream finishes; the kernel waits for it with griddepcontrol.wait
-	// (see sdk.Launch).
+	// Programmatic: the launch may start before earlier work in the stream
+	// has finished; the kernel must execute griddepcontrol.wait before it
+	// reads or writes anything that earlier work reads or writes (see
+	// sdk.Launch).
 	Programmatic bool
+}
+
+// config is how the driver is to run l: its shape, shared memory and
+// early start.
+func (l Launch) config() cuda.LaunchConfig {
+	return cuda.LaunchConfig{
+		Grid:              cuda.Dim3{X: int(l.Grid[0]), Y: int(l.Grid[1]), Z: int(l.Grid[2])},
+		Block:             cuda.Dim3{X: int(l.Block[0]), Y: int(l.Block[1]), Z: int(l.Block[2])},
+		SharedMemoryBytes: int(l.SharedBytes),
+		Programmatic:      l.Programmatic,
+	}
 }
 
 // Step is one launch of one kernel, part of a candidate's execution.
@@ -197,13 +209,7 @@ func (k *Kernel) Run(l Launch, buffers map[string]device.Buffer) error {
 		}
 		args.Pointer(cuda.DevicePtr(dm.DevicePointer() + uintptr(p.Offset)))
 	}
-	cfg := cuda.LaunchConfig{
-		Grid:              cuda.Dim3{X: int(l.Grid[0]), Y: int(l.Grid[1]), Z: int(l.Grid[2])},
-		Block:             cuda.Dim3{X: int(l.Block[0]), Y: int(l.Block[1]), Z: int(l.Block[2])},
-		SharedMemoryBytes: int(l.SharedBytes),
-		Programmatic:      l.Programmatic,
-	}
-	return k.fn.Launch(k.dev.Stream(), cfg, args)
+	return k.fn.Launch(k.dev.Stream(), l.config(), args)
 }
 
 // Occupancy is how many blocks of k fit on one multiprocessor.

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk"
 )
 
@@ -36,4 +37,14 @@ func TestPlanKeepsOrderAndListsEachModuleOnce(t *testing.T) {
 	single := main.Plan(Launch{Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{32, 1, 1}})
 	assert.Len(t, single.Modules, 1)
 	assert.Len(t, single.Launches, 1)
+}
+
+// A step's shape, shared memory and early start reach the driver's launch
+// configuration when the plugin runs it itself.
+func TestLaunchConfigCarriesEarlyStart(t *testing.T) {
+	l := Launch{Grid: [3]uint32{7, 2, 1}, Block: [3]uint32{384, 1, 1}, SharedBytes: 1 << 17, Programmatic: true}
+	want := cuda.LaunchConfig{Grid: cuda.Dim3{X: 7, Y: 2, Z: 1}, Block: cuda.Dim3{X: 384, Y: 1, Z: 1}, SharedMemoryBytes: 1 << 17, Programmatic: true}
+	assert.Equal(t, want, l.config())
+	l.Programmatic = false
+	assert.False(t, l.config().Programmatic)
 }

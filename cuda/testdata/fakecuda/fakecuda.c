@@ -834,6 +834,12 @@ static CUresult run_kernel(const function *fn, const unsigned grid[3], const uns
 
 static CUresult capture_launch(stream *st, const launch_record *launch);
 
+/* Set while cuLaunchKernelEx forwards a launch that allows programmatic
+ * stream serialization: kc_pdl_consumer is only ever launched that way by
+ * the tests, so one arriving as a plain launch means the flag was lost on
+ * the way down. */
+static __thread int launching_programmatic;
+
 #if FAKECUDA_DRIVER_VERSION >= 12000
 /* CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out. The fake
  * runs launches in order, so an early start changes nothing here; it
@@ -860,7 +866,10 @@ CUresult cuLaunchKernelEx(const launch_config *c, void *f, void **params, void *
 		return INVALID_VALUE;
 	if (c->count == 1 && (c->attrs[0].id != 6 || c->attrs[0].value.allowed != 1))
 		return INVALID_VALUE;
-	return cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shared, c->stream, params, extra);
+	launching_programmatic = c->count == 1;
+	CUresult r = cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shared, c->stream, params, extra);
+	launching_programmatic = 0;
+	return r;
 }
 #endif
 
@@ -873,6 +882,8 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
 	if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || (unsigned long)bx * by * bz > 1024)
 		return INVALID_VALUE;
 	if ((int)shared > fn->max_dynamic_shared)
+		return INVALID_VALUE;
+	if (fn->kind == PDL_CONSUMER && !launching_programmatic)
 		return INVALID_VALUE;
 	const param_layout *layout = &layouts[fn->kind];
 	if (check_args(params, layout) != OK)

@@ -129,6 +129,9 @@ typedef unsigned long long u64;
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
 #define XPREP_THREADS 128                    // affine_wg_xprep's block
 #define XPREP_TOKENS 2                       // tokens per affine_wg_xprep block (whole 32-byte sectors of each store)
+#if (XPREP_THREADS / 32) % XPREP_TOKENS != 0 || BN % XPREP_TOKENS != 0
+#error "xprep gives each token the same number of warps, and its blocks must not straddle token tiles"
+#endif
 #define OTILE_LD (ROWS + 8)                  // output tile row (bf16), padded against bank conflicts
 #define FTILE_LD (ROWS + 4)                  // the same in fp32, for split-K sums
 #if BN * OTILE_LD * 2 > STAGES * STAGE_BYTES
@@ -261,11 +264,11 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
         kc_bar_wait(sbar, 0);
         // max|x| as bf16 bits, two at a time (monotonic for non-NaN): the
         // block's warps split evenly over its tokens.
-        const int wpt = (XPREP_THREADS / 32) / XPREP_TOKENS, r = (tid >> 5) / wpt;
+        const int warps_per_token = (XPREP_THREADS / 32) / XPREP_TOKENS, r = (tid >> 5) / warps_per_token;
         u32 m = 0;
         if (r < real) {
             const kc_u4* row = reinterpret_cast<const kc_u4*>(xrows + r * row_bytes);
-            for (int i = tid % (32 * wpt); i < in_features / 8; i += 32 * wpt) {
+            for (int i = tid % (32 * warps_per_token); i < in_features / 8; i += 32 * warps_per_token) {
                 const kc_u4 v = row[i];
                 m = max(m, max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16);
                 m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
@@ -275,9 +278,9 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
         if ((tid & 31) == 0) part[tid >> 5] = m;
         __syncthreads();
         if (tid < real) {   // thread r finishes token r
-            m = part[tid * wpt];
+            m = part[tid * warps_per_token];
 #pragma unroll
-            for (int w = 1; w < wpt; ++w) m = max(m, part[tid * wpt + w]);
+            for (int w = 1; w < warps_per_token; ++w) m = max(m, part[tid * warps_per_token + w]);
             const int e = (int)(m >> 7) - 127;   // exponent of max|x|
             const int k = max(-100, min(e - 14, 127));   // max|x| / sigma in [2^14, 2^15)
             reinterpret_cast<float*>(ws + kc_sigma_offset(tokens, in_features))[tok0 + tid] = __int_as_float((127 + k) << 23);
@@ -290,7 +293,7 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
         const int r = it % XPREP_TOKENS, h = (it / XPREP_TOKENS) & 1, g = it / (2 * XPREP_TOKENS);
         // v[4t + j] = word 8t + 4h + j of the group: chunk 2t + h.
         u32 v[16];
-        float sc = 0.f;
+        float inv_sigma = 0.f;
         if (r < real) {
             const kc_u4* src = reinterpret_cast<const kc_u4*>(xrows + r * row_bytes + g * (GROUP * 2));
 #pragma unroll
@@ -298,7 +301,7 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
                 const kc_u4 c = src[2 * t + h];
                 v[4 * t] = c.x; v[4 * t + 1] = c.y; v[4 * t + 2] = c.z; v[4 * t + 3] = c.w;
             }
-            sc = inv[r];
+            inv_sigma = inv[r];
         } else {
 #pragma unroll
             for (int i = 0; i < 16; ++i) v[i] = 0u;
@@ -312,8 +315,8 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
             for (int t = 0; t < 4; ++t) {
                 const u32 p = v[4 * t + s], q = v[4 * t + s + 2];   // x[b + 16t], x[b + 16t + 4] in their low halves
                 // (x[a], x[a+4]) for slots 2t, 2t+1; (x[a+1], x[a+5]) for 8+2t, 8+2t+1
-                lo[t] = kc_f16x2(__uint_as_float(q << 16) * sc, __uint_as_float(p << 16) * sc);
-                hi[t] = kc_f16x2(__uint_as_float(q & 0xFFFF0000u) * sc, __uint_as_float(p & 0xFFFF0000u) * sc);
+                lo[t] = kc_f16x2(__uint_as_float(q << 16) * inv_sigma, __uint_as_float(p << 16) * inv_sigma);
+                hi[t] = kc_f16x2(__uint_as_float(q & 0xFFFF0000u) * inv_sigma, __uint_as_float(p & 0xFFFF0000u) * inv_sigma);
             }
             unsigned char* dst = base + (2 * h + s) * STEP_BYTES;
             *reinterpret_cast<kc_u4*>(dst) = kc_u4{lo[0], lo[1], lo[2], lo[3]};
