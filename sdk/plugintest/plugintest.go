@@ -42,6 +42,19 @@ func IsPluginProcess() bool {
 	return os.Getenv(sdk.Handshake.MagicCookieKey) == sdk.Handshake.MagicCookieValue
 }
 
+// Main is a plugin test binary's TestMain: when the suite (Run with Self)
+// starts the binary as the plugin, it serves by calling serve, the
+// plugin's main; otherwise it runs the tests and exits with their status.
+//
+//	func TestMain(m *testing.M) { plugintest.Main(m, main) }
+func Main(m *testing.M, serve func()) {
+	if IsPluginProcess() {
+		serve()
+		return
+	}
+	os.Exit(m.Run())
+}
+
 // Self returns a command that re-executes the running test binary.
 func Self() func() *exec.Cmd {
 	exe, err := os.Executable()
