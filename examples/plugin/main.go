@@ -2,10 +2,12 @@
 // researchers to start from: one candidate, "example/dot", for the affine
 // family on the CPU device at decode (1 to 4 tokens). Its kernel dequantises
 // each weight as it goes and accumulates in float64, so it is slow and close
-// to exact; the host admits it, checks it against the family's fallback on
-// fresh samples and times it, and picks it only if it is correct and
-// faster. Build it into a plugin directory and the host finds it without
-// being rebuilt:
+// to exact. It declares itself experimental, so the host considers it only
+// under the experimental admission policy (KCAND_ADMISSION=experimental);
+// then it checks it against the family's fallback on fresh samples, times
+// it, and picks it only if it is correct and faster. Build it into a
+// plugin directory and the host finds it without being rebuilt
+// (examples/README.md has the whole session):
 //
 //	go build -o /tmp/myplugins/example ./examples/plugin
 //	go build -o /tmp/myplugins/qmm ./plugins/qmm   # the family's fallback
