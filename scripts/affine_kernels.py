@@ -4,6 +4,8 @@
     plugins/gemv/kernels/gemv.cu   affine_gemv  (decode, tokens 1..8)
     plugins/qmm/kernels/qmm.cu     affine_qmm   (tensor cores, any token count)
     internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
+    scripts/experimental/bulk.cu   affine_bulk  (experimental 4/8-bit decode fed by a copy
+                                   producer, 1..8 tokens; --kernel bulk only, no plugin serves it)
     plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, int4 g64, 33+ tokens)
 
 Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
@@ -45,15 +47,19 @@ ROOT = Path(__file__).resolve().parent.parent
 GEMV_CU = ROOT / "plugins" / "gemv" / "kernels" / "gemv.cu"
 QMM_CU = ROOT / "plugins" / "qmm" / "kernels" / "qmm.cu"
 STREAM_CU = ROOT / "internal" / "affinegpu" / "kernels" / "stream.cu"
+BULK_CU = ROOT / "scripts" / "experimental" / "bulk.cu"   # experimental: --kernel bulk only
 WG_CU = ROOT / "plugins" / "qmm" / "kernels" / "wg.cu"   # sm_90a only
-ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream", WG_CU: "affine_wg"}
-KIND_OF = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg"}
+ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream", WG_CU: "affine_wg",
+         BULK_CU: "affine_bulk"}
+KIND_OF = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg", BULK_CU: "bulk"}
 
 SMS = 132                 # H200 streaming multiprocessors (replaced by the device's count)
-KERNELS = ()              # --kernel filter: () = all
+KERNELS = ()              # --kernel filter: () = all but the experimental bulk kernel
 STREAM_ONLY = False       # --sweep times alternative configs of affine_stream only
 STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB, XT)] replacing the stream sweep
 STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
+BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS)] timed with --sweep
+BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes (e.g. BULK_DIAG=1)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
 
@@ -196,6 +202,93 @@ def stream_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
     mt, nt, kw = cfg["MT"], cfg["NT"], cfg["KW"]
     grid = (-(-out_f // (16 * mt)), -(-tokens // (8 * nt)), 1)
     return grid, (32 * kw, 1, 1), stream_smem_bytes(cfg)
+
+
+BULK_MAX_SMEM = 227 * 1024
+
+
+def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
+                mt: int | None = None, cw: int = 8, seg: int = 512, ns: int | None = None, bps: int = 1,
+                bulkw: int = 0, pw: int = 1, tma: int | None = None, cg: int = 1) -> dict | None:
+    """Macros for the experimental affine_bulk (decode, tokens 1..8, 4 or 8 bits), or None when
+    it does not apply. By default its fastest feed on the H200 (bench/NOTES.md, seventh session):
+    2D tensor copies (TMA), 32-row tiles, 8 consumer warps, 512-byte row pieces, 8 stages.
+
+    seg: packed bytes of each row per stage (U = seg / bytes per group, at
+    least 8 groups, and dividing the row's groups: else the next smaller or
+    larger multiple of 8 that does). mt: 16-row m-tiles per tile; by
+    default 2 unless that leaves a longer last wave of tiles than 1.
+    ns: ring stages, a multiple of cw; by default as many as fit (at most 16;
+    cw halves when not even cw stages fit). bps: resident
+    blocks per SM the grid is sized for (the '_BPS' entry, not a macro; a
+    '_GRID' entry caps the grid, so that blocks take many tiles). pw: producer warps of the
+    cp.async feed; bulkw: weight rows by 1D bulk copies; tma: 2D tensor copies (default unless
+    pw or bulkw ask for another feed). cg: consumer warps per stage (NS then a multiple of cw/cg)."""
+    if bits not in (4, 8) or not 1 <= tokens <= 8 or in_f % group or out_f % 8:
+        return None
+    sms = sms or SMS
+    groups = in_f // group
+    gbytes = group * bits // 8
+    want = max(8, seg // gbytes // 8 * 8)
+    u = next((v for v in (want, want // 2, want // 4, want * 2) if v >= 8 and v % 8 == 0 and groups % v == 0), None)
+    if u is None:
+        return None
+    if mt is None:
+        g = sms * bps
+        t1, t2 = -(-out_f // 16), -(-out_f // 32)
+        mt = 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
+    cfg = dict(BITS=bits, GROUP=group, MT=mt, CW=cw, U=u, NS=cw, XT=tokens, _BPS=bps)
+    if bulkw:
+        cfg["BULKW"] = 1
+    if pw != 1:
+        cfg["PW"] = pw
+    if cg != 1:
+        cfg["CG"] = cg
+    if tma is None:
+        tma = int(pw == 1 and not bulkw)
+    if tma:
+        cfg["TMA"] = 1
+    cfg.update(BULK_OVER)
+    if ns is None:
+        # the most stages that fit, a multiple of the consumer warps (at most 16);
+        # fewer consumer warps when not even one round of stages fits
+        while True:
+            ns = 0
+            step = max(1, cfg["CW"] // cg)
+            for v in range(step, 17, step):
+                if v >= 2 and bulk_smem_bytes(dict(cfg, NS=v)) * bps <= BULK_MAX_SMEM:
+                    ns = v
+            if ns or cfg["CW"] == 1:
+                break
+            cfg["CW"] //= 2
+        if not ns:
+            return None
+    cfg["NS"] = ns
+    if cfg["CW"] % cg or mt % cg or ns % (cfg["CW"] // cg) or bulk_smem_bytes(cfg) * bps > BULK_MAX_SMEM:
+        return None
+    return cfg
+
+
+def bulk_smem_bytes(cfg: dict) -> int:
+    tr = 16 * cfg["MT"]
+    gbytes = cfg["GROUP"] * cfg["BITS"] // 8
+    wpt = cfg["GROUP"] * cfg["BITS"] // 128
+    seg = cfg["U"] * gbytes
+    wstride = seg + (16 if wpt == 8 else 16 * wpt)
+    xbytes = cfg["XT"] * (2 * cfg["U"] * cfg["GROUP"] + 16)
+    ns = cfg["NS"]
+    if cfg.get("TMA"):   # unpadded swizzled rows, stages on 1024-byte boundaries (+1024 to align the base)
+        stage = -(-(tr * seg + 2 * tr * 2 * cfg["U"] + xbytes) // 1024) * 1024
+        return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns + 1024
+    stage = tr * wstride + 2 * tr * 2 * cfg["U"] + xbytes
+    return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns
+
+
+def bulk_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
+    """(grid, block, dynamic shared bytes) for affine_bulk: resident blocks that walk the tiles."""
+    tiles = -(-out_f // (16 * cfg["MT"]))
+    grid = (min(tiles, cfg.get("_GRID") or SMS * cfg.get("_BPS", 1)), 1, 1)
+    return grid, (32 * (cfg["CW"] + cfg.get("PW", 1)), 1, 1), bulk_smem_bytes(cfg)
 
 
 # Resident blocks per SM each tile is sized for (shared memory / registers).
@@ -566,6 +659,14 @@ def run_kernel(kind, wt, x, tokens, cfg=None):
         cfg = cfg or stream_config(bits, group, tokens, in_f, out_f)
         grid, block, smem = stream_launch(cfg, tokens, in_f, out_f)
         path = STREAM_CU
+    elif kind == "bulk":
+        cfg = cfg or bulk_config(bits, group, tokens, in_f, out_f)
+        grid, block, smem = bulk_launch(cfg, tokens, in_f, out_f)
+        path = BULK_CU
+        if cfg.get("TMA"):
+            y = torch.full((tokens, out_f), -1, dtype=torch.int16, device="cuda")   # 0xFFFF: bf16 NaN
+            bulk_tma_launcher(cfg, wt, x, y, tokens)()
+            return y.view(torch.bfloat16), cfg
     else:
         cfg = cfg or qmm_config(bits, group, tokens, in_f, out_f)
         grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
@@ -687,7 +788,88 @@ def run_correctness(quick: bool) -> bool:
                       f"bias={int(bias)}  {detail}  [{extra}]", flush=True)
         del wt
     print(f"correctness: {n_ok}/{n_all} passed ({time.time() - t0:.1f}s)", flush=True)
+    if "bulk" in KERNELS:
+        return run_bulk_correctness() and n_ok == n_all
     return n_ok == n_all
+
+
+def bulk_correctness_cases():
+    """(in, out, bits, group, bias, tokens, cfg overrides) for affine_bulk: every shape it takes
+    from the correctness list and the benchmark shapes, 4 and 8 bits, every group size, and
+    variants that make blocks take many tiles (a grid of 7), one chunk per tile (the
+    accumulators of NS tiles in flight at once), one-tile m-tiles, few stages and few warps."""
+    cases = []
+    shapes = CORRECTNESS_SHAPES + [sh for sh in BENCH_SHAPES if sh not in CORRECTNESS_SHAPES]
+    combos = [(4, 64), (8, 32), (4, 128), (8, 64), (4, 32), (8, 128)]
+    ci = 0
+    for si, (in_f, out_f) in enumerate(shapes):
+        for _ in range(2):
+            for _ in range(len(combos)):
+                b, g = combos[ci % len(combos)]
+                ci += 1
+                if bulk_config(b, g, 1, in_f, out_f):
+                    break
+            else:
+                continue
+            t = (1, 3, 8)[ci % 3]
+            cases.append((in_f, out_f, b, g, si % 2 == 0, t, {}))
+    cases += [   # cp.async feeds (tma=0), and grids that make blocks take many tiles
+        (4096, 4104, 4, 64, True, 1, dict(_GRID=7, tma=0)),
+        (1024, 3072, 4, 64, False, 2, dict(_GRID=5, mt=1, ns=16, tma=0)),   # one chunk per tile: 16 tiles in flight
+        (1024, 3072, 4, 64, False, 1, dict(_GRID=5, mt=1, ns=16)),
+        (1024, 1032, 8, 32, True, 8, dict(_GRID=3, mt=1, cw=3, ns=6, tma=0)),
+        (8192, 1000, 4, 64, True, 2, dict(mt=1, cw=1, ns=3, seg=256, tma=0)),
+        (2048, 520, 4, 128, False, 1, dict(cw=5, seg=2048, _GRID=11, tma=0)),
+        (8192, 4096, 4, 64, True, 1, dict(mt=4, seg=256, _GRID=20)),
+        (8192, 4104, 4, 64, True, 1, dict(mt=4, seg=256, cg=2, _GRID=11)),
+        (4096, 3080, 4, 64, False, 3, dict(mt=2, cg=2, _GRID=9)),
+        (2048, 1032, 8, 64, True, 2, dict(mt=2, cg=2, tma=0, pw=2)),
+        (8192, 2056, 4, 64, True, 1, dict(pw=2, _GRID=9)),
+        (4096, 1032, 4, 32, False, 4, dict(pw=4, mt=1, _GRID=13)),
+        (3072, 776, 8, 64, True, 1, dict(pw=3, bulkw=1, seg=1024)),
+        (5120, 2048, 4, 64, False, 1, dict(bulkw=1, seg=1024)),
+        (8192, 28672, 4, 64, True, 1, dict(tma=1)),
+        (14336, 4096, 4, 64, False, 1, dict(tma=1)),
+        (8192, 1000, 4, 64, True, 3, dict(tma=1, mt=2, _GRID=5)),
+        (4096, 1032, 8, 32, False, 2, dict(tma=1, mt=1)),
+        (2048, 776, 4, 128, True, 8, dict(tma=1, cw=4, seg=1024)),
+    ]
+    return cases
+
+
+def run_bulk_correctness() -> bool:
+    import torch
+    cases = bulk_correctness_cases()
+    cfgs = []
+    for in_f, out_f, b, g, bias, t, over in cases:
+        grid = over.get("_GRID")
+        kw = {k: v for k, v in over.items() if not k.startswith("_")}
+        c = bulk_config(b, g, t, in_f, out_f, **kw)
+        if c is None:
+            raise SystemExit(f"bulk case {in_f}->{out_f} q{b} g{g} t={t} {over}: no config")
+        if grid:
+            c["_GRID"] = grid
+        c["KC_HANG_TRAP"] = 1   # a stuck barrier wait traps instead of hanging the run
+        cfgs.append(c)
+    compile_all([(BULK_CU, c) for c in cfgs])
+    n_ok = 0
+    t0 = time.time()
+    for ci, ((in_f, out_f, b, g, bias, t, over), cfg) in enumerate(zip(cases, cfgs)):
+        wt = Weights(b, g, in_f, out_f, bias, seed=5000 + ci)
+        gen = torch.Generator(device="cuda").manual_seed(500 + ci)
+        x = (torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+        ref = wt.reference(x)
+        y, _ = run_kernel("bulk", wt, x, t, cfg)
+        torch.cuda.synchronize()
+        ok, detail = check(y, ref)
+        n_ok += ok
+        grid, _, smem = bulk_launch(cfg, t, in_f, out_f)
+        desc = " ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("BITS", "GROUP"))
+        print(f"{'PASS' if ok else 'FAIL'} bulk   {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t={t:<2d} bias={int(bias)}  "
+              f"{detail}  [{desc} grid={grid[0]} smem={smem}]", flush=True)
+        del wt
+    print(f"bulk correctness: {n_ok}/{len(cases)} passed ({time.time() - t0:.1f}s)", flush=True)
+    return n_ok == len(cases)
 
 
 # =============================================================================
@@ -746,6 +928,12 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
     elif kind == "stream":
         grid, block, smem = stream_launch(cfg, tokens, in_f, out_f)
         path = STREAM_CU
+    elif kind == "bulk":
+        grid, block, smem = bulk_launch(cfg, tokens, in_f, out_f)
+        path = BULK_CU
+        if cfg.get("TMA"):
+            y = torch.empty((tokens, out_f), dtype=torch.bfloat16, device="cuda")
+            return time_launches([bulk_tma_launcher(cfg, wt, x, y, tokens, w, s, b) for (w, s, b) in copies])
     elif kind == "wg":
         y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
         keep, fns = [], []
@@ -780,6 +968,8 @@ def run_bench(quick: bool, sweep: bool):
                 variants.append((GEMV_CU, gemv_config(bits, group, t, in_f, out_f)))
             if stream_config(bits, group, t, in_f, out_f):
                 variants.append((STREAM_CU, stream_config(bits, group, t, in_f, out_f)))
+            if "bulk" in KERNELS and bulk_config(bits, group, t, in_f, out_f):
+                variants.append((BULK_CU, bulk_config(bits, group, t, in_f, out_f)))
             if wg_serves(t, in_f):
                 variants.append((WG_CU, wg_choose(t, out_f, in_f=in_f)))
             if sweep:
@@ -809,6 +999,8 @@ def run_bench(quick: bool, sweep: bool):
             rows.append(("qmm", qmm_config(bits, group, t, in_f, out_f), True))
             if stream_config(bits, group, t, in_f, out_f):
                 rows.append(("stream", stream_config(bits, group, t, in_f, out_f), True))
+            if "bulk" in KERNELS and bulk_config(bits, group, t, in_f, out_f):
+                rows.append(("bulk", bulk_config(bits, group, t, in_f, out_f), True))
             if wg_serves(t, in_f):
                 rows.append(("wg", wg_choose(t, out_f, in_f=in_f), True))
             if sweep:
@@ -848,7 +1040,7 @@ def target_mark(kind, in_f, out_f, t, sp, bw):
     """DESIGN.md targets (int4 g64): GEMV tokens=1 on shapes with >= 64 MB of bf16
     weights: >= 3.2x the bf16 anchor and >= 85% of 4.3 TB/s; QMM: >= 2.5x at 16
     tokens, >= 1.0x at 256, >= 0.8x at 4096."""
-    if kind.startswith(("gemv", "stream")) and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
+    if kind.startswith(("gemv", "stream", "bulk")) and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
         ok = sp >= 3.2 and bw >= 0.85 * PEAK_BW
         return f"{'MET ' if ok else 'MISS'} (>=3.2x and >=3.66 TB/s)"
     if kind.startswith(("qmm", "stream", "wg")):
@@ -890,6 +1082,13 @@ def sweep_configs(bits, group, t, in_f, out_f):
                             c.pop("MINB", None)
                         if c and c != sbase and stream_smem_bytes(c) * minb <= 227 * 1024:
                             out.append(("stream", STREAM_CU, c))
+    if BULK_CONFIGS and "bulk" in KERNELS and bulk_config(bits, group, t, in_f, out_f):
+        bbase = bulk_config(bits, group, t, in_f, out_f)
+        for mt, cw, seg, ns, bps, feed, pw, cg in BULK_CONFIGS:
+            c = bulk_config(bits, group, t, in_f, out_f, mt=mt or None, cw=cw, seg=seg, ns=ns or None, bps=bps,
+                            bulkw=int(feed == 1), pw=pw, tma=int(feed == 2), cg=cg)
+            if c and c != bbase:
+                out.append(("bulk", BULK_CU, c))
     if STREAM_ONLY:
         return out
     base = qmm_config(bits, group, t, in_f, out_f)
@@ -1073,34 +1272,92 @@ class _LaunchConfig(ctypes.Structure):
 _LIBCUDA = None
 
 
+def _libcuda():
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        _LIBCUDA = ctypes.CDLL("libcuda.so.1")
+        _LIBCUDA.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p,
+                                              ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        _LIBCUDA.cuTensorMapEncodeTiled.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
+            ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32),
+            ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    return _LIBCUDA
+
+
+class TensorMap:
+    """A CUtensorMap (128 bytes, 64-byte aligned) for a row-major 2D tensor, by cuTensorMapEncodeTiled."""
+
+    def __init__(self, ptr: int, dtype: int, inner: int, rows: int, row_bytes: int, box_inner: int, box_rows: int,
+                 swizzle: int = 0, l2promo: int = 2):
+        self._buf = ctypes.create_string_buffer(128 + 64)
+        addr = (ctypes.addressof(self._buf) + 63) // 64 * 64
+        self.map = (ctypes.c_uint64 * 16).from_address(addr)
+        dims = (ctypes.c_uint64 * 2)(inner, rows)
+        strides = (ctypes.c_uint64 * 1)(row_bytes)
+        box = (ctypes.c_uint32 * 2)(box_inner, box_rows)
+        es = (ctypes.c_uint32 * 2)(1, 1)
+        r = _libcuda().cuTensorMapEncodeTiled(addr, dtype, 2, ctypes.c_void_p(ptr), dims, strides, box, es,
+                                              0, swizzle, l2promo, 0)
+        if r != 0:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {r} (dims {inner}x{rows}, box {box_inner}x{box_rows})")
+
+
+def bulk_tma_launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
+    """A callable that launches the TMA variant of affine_bulk (tensor maps for the weights, scales
+    and biases: UINT32 words with 128-byte swizzle, UINT16 boxes of [TR][U])."""
+    import numpy as np
+    w = wt.w if w is None else w
+    scales = wt.scales if scales is None else scales
+    biases = wt.biases if biases is None else biases
+    tr, u = 16 * cfg["MT"], cfg["U"]
+    words = wt.in_f * wt.bits // 32
+    groups = wt.in_f // wt.group
+    maps = [TensorMap(w.data_ptr(), 2, words, wt.out_f, words * 4, 32, tr, swizzle=3),
+            TensorMap(scales.data_ptr(), 1, groups, wt.out_f, groups * 2, u, tr),
+            TensorMap(biases.data_ptr(), 1, groups, wt.out_f, groups * 2, u, tr)]
+    grid, block, smem = bulk_launch(cfg, tokens, wt.in_f, wt.out_f)
+    kern = get_kernel(BULK_CU, cfg, smem)
+    args = [m.map for m in maps] + [np.uint64(x.data_ptr()),
+                                    np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
+                                    np.uint64(y.data_ptr()), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f)]
+    return lambda: (maps, launch_ex(kern, grid, block, args, smem, programmatic=False))
+
+
 def launch_programmatic(kern, grid, block, args, shared_mem=0):
     """Launches kern (a cupy kernel) on torch's current stream with
     programmatic stream serialization (cuLaunchKernelEx), as the Go host
     launches a plan step marked Programmatic: it may start before the kernel
     ahead finishes and waits for it with griddepcontrol.wait. args are the
     numpy scalars cupy would take (np.uint64 pointers, np.int32)."""
+    launch_ex(kern, grid, block, args, shared_mem, programmatic=True)
+
+
+def launch_ex(kern, grid, block, args, shared_mem=0, programmatic=True):
+    """cuLaunchKernelEx on torch's current stream, with programmatic stream
+    serialization when asked. args: np.uint64, np.int32, or ctypes objects
+    passed by value (a tensor map's 128 bytes)."""
     import numpy as np
     import torch
-    global _LIBCUDA
-    if _LIBCUDA is None:
-        _LIBCUDA = ctypes.CDLL("libcuda.so.1")
-        _LIBCUDA.cuLaunchKernelEx.argtypes = [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p,
-                                              ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    lib = _libcuda()
     values = []
     for a in args:
         if isinstance(a, np.uint64):
             values.append(ctypes.c_uint64(int(a)))
         elif isinstance(a, np.int32):
             values.append(ctypes.c_int32(int(a)))
+        elif isinstance(a, ctypes.Array):
+            values.append(a)
         else:
-            raise TypeError(f"launch_programmatic packs np.uint64 and np.int32 arguments, not {type(a).__name__}")
-    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+            raise TypeError(f"launch_ex packs np.uint64, np.int32 and ctypes arrays, not {type(a).__name__}")
+    params = (ctypes.c_void_p * len(values))(*[ctypes.c_void_p(ctypes.addressof(v)) for v in values])
     attr = _LaunchAttribute(id=6)   # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value.allowed = 1
     cfg = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_mem,
-                        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), ctypes.pointer(attr), 1)
+                        ctypes.c_void_p(torch.cuda.current_stream().cuda_stream),
+                        ctypes.pointer(attr) if programmatic else None, 1 if programmatic else 0)
     fn = getattr(kern, "kernel", kern)
-    r = _LIBCUDA.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(fn.ptr), params, None)
+    r = lib.cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(fn.ptr), params, None)
     if r != 0:
         raise RuntimeError(f"cuLaunchKernelEx failed: CUresult {r}")
 
@@ -1218,13 +1475,17 @@ def main():
     ap.add_argument("--only", choices=("correctness", "bench"), help="run one part")
     ap.add_argument("--sweep", action="store_true", help="also time alternative launch configs")
     ap.add_argument("--resources", action="store_true", help="print ptxas usage of every variant")
-    ap.add_argument("--kernel", choices=("gemv", "qmm", "stream", "wg"), action="append",
+    ap.add_argument("--kernel", choices=("gemv", "qmm", "stream", "wg", "bulk"), action="append",
                     help="test/time these kernels only (repeatable)")
     ap.add_argument("--tokens", help="comma-separated benchmark token counts (default 1,4,16,256,4096)")
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB[:XT]],... (XT -1: x through the ring) "
                     "timed instead of the built-in stream sweep")
+    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FEED[:PW[:CG]]]],... (FEED 0 cp.async from PW warps, 1 bulk copy per row, "
+                    "2 TMA tensor maps; default 2) "
+                    "(MT 0 / NS 0: the rule's choice)")
+    ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. BULK_DIAG=1)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS]]]],... (default WG_CONFIGS)")
@@ -1242,6 +1503,12 @@ def main():
         global STREAM_CONFIGS
         STREAM_CONFIGS = [tuple(int(v) for v in (c.split(":") + ["1", "0"][len(c.split(":")) - 4:])[:6])
                           for c in args.stream_configs.split(",")]
+    if args.bulk_configs:
+        global BULK_CONFIGS
+        BULK_CONFIGS = [tuple(int(v) for v in (c.split(":") + ["1", "2", "1", "1"][len(c.split(":")) - 4:])[:8])
+                        for c in args.bulk_configs.split(",")]
+    if args.bulk_over:
+        BULK_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.bulk_over.split(","))})
     if args.stream_over:
         STREAM_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.stream_over.split(","))})
     if args.tokens:

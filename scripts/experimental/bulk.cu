@@ -1,0 +1,548 @@
+// bulk.cu (EXPERIMENTAL; no plugin serves it): a decode kernel for the
+// affine family (MLX affine-quantised weights) in which copying and
+// computing are separate warps. Producer warps keep a block-wide ring of
+// shared-memory stages full; consumer warps only compute. The arithmetic is
+// the stream kernel's (internal/affinegpu/kernels/stream.cu): mma.sync
+// m16n8k16 with the weights as A, unpacked in registers, x as B, and the
+// group's scale and bias folded in from the accumulator and an x-sum mma.
+//
+//   y[t][o] = sum_i x[t][i] * (scale[o][i/g] * q[o][i] + biases[o][i/g])  (+ bias[o])
+//
+// Status (bench/NOTES.md, seventh session, H200, 1 token, int4 g64): with
+// the TMA feed it moves the weights at 4.14 TB/s when the consumers skip
+// the math, and the math alone takes 33.9 us at 8192->28672; together
+// 41.6 us, no faster than the stream kernel (42.5 us). It is kept for the
+// harness (scripts/affine_kernels.py --kernel bulk) as the base of the next
+// attempt at the decode target; see NOTES for what to try.
+//
+// Compiled at run time by NVRTC (sm_90: cp.async.bulk, tensor copies and
+// mbarrier transaction counts; no #include: bf16 travels as unsigned
+// short). NVRTC options: -arch=sm_90 -std=c++17 plus the -D macros below.
+//
+// ENTRY POINT
+//   extern "C" __global__ void affine_bulk(
+//       const unsigned short* x,       // bf16 [tokens][in_features]
+//       const unsigned int*   weight,  // uint32 [out_features][in_features*BITS/32]
+//       const unsigned short* scales,  // bf16 [out_features][in_features/GROUP]
+//       const unsigned short* biases,  // bf16 [out_features][in_features/GROUP]
+//       const unsigned short* bias,    // bf16 [out_features], or 0 (null) for none
+//       unsigned short*       y,       // bf16 [tokens][out_features]
+//       int tokens, int in_features, int out_features)
+//   With TMA=1 the first four become three CUtensorMaps passed by value
+//   (__grid_constant__): (wmap, smap, bmap, x, bias, y, tokens, in, out);
+//   wmap: UINT32 words [out][in*BITS/32], box [TR rows][32 words], 128-byte
+//   swizzle; smap and bmap: UINT16 [out][in/GROUP], box [TR][U], no swizzle
+//   (the harness's bulk_tma_launcher encodes them).
+//   Buffers must be 16-byte aligned; out_features % 8 == 0; 1 <= tokens <= XT;
+//   in_features % (U*GROUP) == 0 (every copy is whole 16-byte pieces).
+//
+// MACROS (-D)
+//   BITS   4 or 8               GROUP  32, 64 or 128
+//   MT     16-row m-tiles per tile (1, 2 or 4): a tile is TR = 16*MT rows
+//   CW     consumer warps per block (1..8)
+//   CG     consumer warps per stage (default 1; divides CW and MT): the
+//          CW/CG groups take stages in turn, each warp of a group MT/CG of
+//          the stage's m-tiles
+//   U      groups per stage, a multiple of 8 (scales move in 16-byte
+//          pieces): a stage holds SEG = U*GROUP*BITS/8 bytes of each of
+//          the tile's rows
+//   NS     stages in the ring (2..16), a multiple of CW/CG: group j then
+//          owns slots j, j+CW/CG, ..., so the stage a consumer waits for
+//          always follows one it consumed itself in the same slot (a
+//          parity wait cannot tell the phase it wants from the one before;
+//          with NS < CW a warp passed its first wait before any data came)
+//   XT     token rows of x a stage holds (1..8); the host passes the
+//          token count
+//   The feed (default: cp.async from one producer warp):
+//   PW     producer warps (cp.async feed): every lane copies 16-byte
+//          pieces, consecutive lanes along a row, and arrives on the
+//          stage's full barrier once its copies have landed
+//   BULKW  1: weight rows by one 1D bulk copy each (cp.async.bulk), the
+//          rest by cp.async
+//   TMA    1: one lane issues SEG/128 2D tensor copies of the weights, one
+//          each of scales and biases, and one 1D bulk copy per token row
+//          of x; rows past the end arrive as zeros (never stored)
+//   UNR    groups unrolled together in the consumer loop (default 4: 2 and
+//          16 were slower)
+//   BULK_DIAG  timing diagnostics: 1 consumers skip the math, 2 producers
+//          skip the copies, 3 no x-sum mma (wrong results)
+//   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
+//          where it is stuck and traps, so a hang becomes a launch error
+//
+// LAUNCH (scripts/affine_kernels.py bulk_config / bulk_launch)
+//   block = 32*(CW+PW) threads; grid = (min(tiles, blocks per SM * SMs), 1, 1)
+//   with tiles = ceil(out/TR): blocks stay resident and take tiles
+//   blockIdx.x, blockIdx.x + gridDim.x, ...
+//   dynamic shared memory = NS*STAGE + NS*4*8*TR + 16*ceil(4*NS/16) + 16*NS
+//   (+ 1024 with TMA, to align the stages), with
+//     WSTRIDE = SEG + (WPT == 8 ? 16 : 16*WPT), WPT = GROUP*BITS/128,
+//     SSTRIDE = 2*U, XSTRIDE = 2*U*GROUP + 16,
+//     STAGE = TR*WSTRIDE + 2*TR*SSTRIDE + XT*XSTRIDE, or with TMA
+//     STAGE = roundup(TR*SEG + 2*TR*SSTRIDE + XT*XSTRIDE, 1024)
+//
+// METHOD
+//   A block walks its tiles in order, each in NCH = in/(U*GROUP) chunks of
+//   U groups; chunk c of the block's k-th tile is stage number
+//   i = k*NCH + c, held in ring slot i % NS and consumed by group i % (CW/CG).
+//   The producers fill a slot once its previous use is released; rows
+//   past the end repeat row out-1 (cp.async feeds) or arrive as zeros
+//   (TMA), and are never stored.
+//   A consumer adds its chunk's partial sums for the tile into a
+//   shared-memory accumulator (one per tile in flight, NS of them) and
+//   counts its share in; the warp that counts the tile's last share rounds
+//   the sums to bf16 (RNE), stores them, clears the accumulator and only
+//   then releases its slot. A slot is refilled only after its previous
+//   stage is released, so an accumulator is cleared before any chunk of
+//   the tile NS tiles later reaches it (that chunk's stage number is at
+//   least NS past the finisher's).
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+#if !defined(BITS) || !defined(GROUP) || !defined(MT) || !defined(CW) || !defined(U) || !defined(NS) || !defined(XT)
+#error "affine_bulk needs -DBITS -DGROUP -DMT -DCW -DU -DNS -DXT"
+#endif
+#if BITS != 4 && BITS != 8
+#error "BITS must be 4 or 8"
+#endif
+#if GROUP != 32 && GROUP != 64 && GROUP != 128
+#error "GROUP must be 32, 64 or 128"
+#endif
+#ifndef CG
+#define CG 1      // consumer warps per stage, each taking MT/CG of its m-tiles
+#endif
+#if (MT != 1 && MT != 2 && MT != 4) || CW < 1 || CW > 8
+#error "need MT in {1,2,4} and 1 <= CW <= 8"
+#endif
+#if CW % CG != 0 || MT % CG != 0
+#error "CG must divide CW and MT"
+#endif
+#if U < 8 || U % 8 != 0 || U > 64
+#error "U must be a multiple of 8, at most 64"
+#endif
+#if NS < 2 || NS > 16 || NS % (CW / CG) != 0
+#error "NS must be 2..16 and a multiple of CW/CG"
+#endif
+#ifndef PW
+#define PW 1      // producer warps
+#endif
+#ifndef UNR
+#define UNR 4     // groups of a stage unrolled together in the consumer loop
+#endif
+constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, not a macro
+#ifndef TMA
+#define TMA 0     // 1: weights, scales and biases by 2D tensor copies (tensor maps as parameters)
+#endif
+#if TMA && (PW != 1 || SEG % 128 != 0)
+#error "TMA needs PW=1 and SEG a multiple of 128"
+#endif
+#ifndef BULKW
+#define BULKW 0   // 1: weight rows by one bulk copy each instead of cp.async pieces
+#endif
+#ifndef BULK_DIAG
+#define BULK_DIAG 0   // timing diagnostics: 1 consumers skip the math, 2 the producers skip the copies,
+                      // 3 no x-sum mma (wrong results)
+#endif
+#if XT < 1 || XT > 8
+#error "XT must be 1..8"
+#endif
+
+#define VPT (GROUP / 4)              // values per lane, row and group
+#define WPT (VPT * BITS / 32)        // packed words per lane, row and group
+#define XLD (GROUP / 32)             // 16-byte x loads per lane, token and group
+#if BITS == 4
+#define OFFSET 128.0f
+#else
+#define OFFSET 2176.0f
+#endif
+
+#define TR (16 * MT)                         // rows per tile
+#define MW (MT / CG)                         // m-tiles per consumer warp
+#define GBYTES (GROUP * BITS / 8)            // packed bytes per row and group
+#define SEG (U * GBYTES)                     // packed bytes per row and stage
+#define WSTRIDE (SEG + (WPT == 8 ? 16 : 16 * WPT))   // padding: fragment reads hit distinct banks
+#define SSTRIDE (2 * U)                      // scale bytes per row and stage
+#define XSEG (U * GROUP * 2)                 // x bytes per token and stage
+#define XSTRIDE (XSEG + 16)
+#if TMA
+// Weights land as SEG/128 boxes of [TR rows][128 bytes], 128-byte swizzled
+// (16-byte chunk c of row r at chunk c ^ (r % 8)), so fragment reads hit
+// distinct banks without padding; a stage starts on a 1024-byte boundary.
+#define SOFF (TR * SEG)                      // scales, then biases
+#define XOFF (SOFF + 2 * TR * SSTRIDE)
+#define STAGE ((XOFF + XT * XSTRIDE + 1023) / 1024 * 1024)
+#else
+#define SOFF (TR * WSTRIDE)                  // scales, then biases
+#define XOFF (SOFF + 2 * TR * SSTRIDE)
+#define STAGE (XOFF + XT * XSTRIDE)
+#endif
+#define RED_FLOATS (8 * TR)                  // one tile's sums: [8 tokens][TR rows]
+#define RED_OFF (NS * STAGE)
+#define CNT_OFF (RED_OFF + NS * 4 * RED_FLOATS)
+#define BAR_OFF (CNT_OFF + ((4 * NS + 15) / 16) * 16)
+#define SMEM_BYTES (BAR_OFF + 16 * NS)
+#if STAGE % 16 != 0
+#error "stage size must be a multiple of 16 bytes"
+#endif
+
+#define KC_DEV __device__ __forceinline__
+struct alignas(16) kc_u4 { u32 x, y, z, w; };
+
+KC_DEV float kc_bf16(u32 h) { return __uint_as_float(h << 16); }
+KC_DEV u16 kc_to_bf16(float f) {
+    u16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+KC_DEV u32 kc_ldh(const u16* p) {
+    u16 r;
+    asm("ld.global.nc.u16 %0, [%1];" : "=h"(r) : "l"(p));
+    return r;
+}
+KC_DEV u32 kc_prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+// bf16 pair (128 + (w >> 4j) & 15, 128 + (w >> (4j+16)) & 15).
+KC_DEV u32 kc_nib(u32 w, int j) {
+    u32 d;
+    const u32 v = w >> (4 * j);
+    asm("lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;" : "=r"(d) : "r"(v));   // (a & b) | c
+    return d;
+}
+// pair * (16, 16), exact (a power of two).
+KC_DEV u32 kc_times16(u32 pair) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(pair), "r"(0x41804180u), "r"(0x80008000u));
+    return d;
+}
+// c = a*b (+ c when acc), m16n8k16 bf16 -> fp32.
+KC_DEV void kc_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, bool acc) {
+    const float z = 0.f;
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),
+          "f"(acc ? c[0] : z), "f"(acc ? c[1] : z), "f"(acc ? c[2] : z), "f"(acc ? c[3] : z));
+}
+// Half k (0 low, 1 high) of a word of two bf16, as a float.
+KC_DEV float kc_half(u32 w, int k) { return __uint_as_float(k ? (w & 0xFFFF0000u) : (w << 16)); }
+KC_DEV u32 kc_smem(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// mbarrier and bulk-copy wrappers (PTX ISA 8.0, sm_90).
+KC_DEV void kc_bar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+KC_DEV void kc_bar_expect(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+KC_DEV void kc_bar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+KC_DEV void kc_bar_wait(u32 bar, u32 parity) {
+    u32 done;
+#ifdef KC_HANG_TRAP
+    long long polls = 0;   // test builds: a wait that never ends traps, and says which
+#endif
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+#ifdef KC_HANG_TRAP
+        if (!done && ++polls == (1ll << 20)) {
+            printf("affine_bulk: block %d thread %d stuck on barrier %u parity %u\n", (int)blockIdx.x, (int)threadIdx.x, bar, parity);
+            asm volatile("trap;");
+        }
+#endif
+    } while (!done);
+}
+KC_DEV void kc_cp16(u32 dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
+}
+// Arrives on bar once every cp.async this thread issued before has landed.
+KC_DEV void kc_cp_arrive(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(bar) : "memory");
+}
+// 2D tensor copy of the box at (c0 innermost, c1) of the tensor map at map.
+KC_DEV void kc_tma2d(u32 dst, const void* map, int c0, int c1, u32 bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+struct alignas(64) kc_tmap { unsigned long long v[16]; };   // CUtensorMap
+KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(32 * (CW + PW), 1)
+#if TMA
+affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tmap smap,
+            const __grid_constant__ kc_tmap bmap, const u16* __restrict__ x,
+            const u16* __restrict__ bias, u16* __restrict__ y,
+            int tokens, int in_features, int out_features)
+#else
+affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
+            const u16* __restrict__ scales, const u16* __restrict__ biases,
+            const u16* __restrict__ bias, u16* __restrict__ y,
+            int tokens, int in_features, int out_features)
+#endif
+{
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    // TMA: stages start on 1024-byte boundaries (the host adds 1024 bytes).
+    unsigned char* smem = smem_raw + (TMA ? (1024 - (kc_smem(smem_raw) & 1023)) & 1023 : 0);
+    const int in = in_features;
+    const int out = out_features;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int groups = in / GROUP;
+    const int nch = groups / U;                          // chunks per tile (host checks the division)
+    const int tiles = (out + TR - 1) / TR;
+    const int my_tiles = tiles > (int)blockIdx.x ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int nstages = my_tiles * nch;
+    float* red = reinterpret_cast<float*>(smem + RED_OFF);
+    int* cnt = reinterpret_cast<int*>(smem + CNT_OFF);
+    const u32 sbase = kc_smem(smem);
+    const u32 full0 = sbase + BAR_OFF, empty0 = full0 + 8 * NS;
+
+    for (int i = threadIdx.x; i < NS * RED_FLOATS; i += blockDim.x) red[i] = 0.f;
+    for (int i = threadIdx.x; i < NS; i += blockDim.x) cnt[i] = 0;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < NS; ++s) {
+            kc_bar_init(full0 + 8 * s, TMA ? 1 : 32 * PW + BULKW);   // the producers' lanes (+ the bulk copies' byte count)
+            kc_bar_init(empty0 + 8 * s, CG);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp >= CW) {
+        // Producer: stage i's pieces, once slot i % NS is free (lane 0
+        // waits; the warp follows). Every lane copies its share in 16-byte
+        // cp.async pieces, consecutive lanes along a row, and its arrival on
+        // the slot's full barrier fires once its copies have landed. With
+        // BULKW the weight rows go as one bulk copy each, counted in bytes
+        // on the same barrier.
+        const int ntok = min(tokens, XT);
+#if TMA
+        // One lane issues everything: SEG/128 weight boxes, the scale and
+        // bias boxes, and x one bulk copy per token row. Rows past the end
+        // arrive as zeros (never stored) and count toward the bytes.
+        if (lane != 0) return;
+        for (int i = 0; i < nstages; ++i) {
+            const int s = i % NS;
+            const int k = i / nch, c = i - k * nch;
+            const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
+            const u32 full = full0 + 8 * s;
+            if (i >= NS) kc_bar_wait(empty0 + 8 * s, ((i / NS) + 1) & 1);
+            const u32 dst = sbase + s * STAGE;
+#if BULK_DIAG == 2
+            kc_bar_arrive(full);
+            continue;
+#endif
+            kc_bar_expect(full, TR * SEG + 2 * TR * SSTRIDE + ntok * XSEG);
+#pragma unroll
+            for (int b = 0; b < SEG / 128; ++b)
+                kc_tma2d(dst + b * TR * 128, &wmap, c * (SEG / 4) + 32 * b, row0, full);
+            kc_tma2d(dst + SOFF, &smap, c * U, row0, full);
+            kc_tma2d(dst + SOFF + TR * SSTRIDE, &bmap, c * U, row0, full);
+            for (int t = 0; t < ntok; ++t)
+                kc_bulk(dst + XOFF + t * XSTRIDE, x + (long long)t * in + (long long)c * U * GROUP, XSEG, full);
+        }
+        return;
+#else
+        const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(weight);
+        const long long row_bytes = (long long)in * BITS / 8;
+        constexpr int WP = SEG / 16, SP = SSTRIDE / 16, XP = XSEG / 16;   // pieces per row
+        constexpr int PL = 32 * PW;                                       // producer lanes
+        const int pl = (warp - CW) * 32 + lane;
+        for (int i = 0; i < nstages; ++i) {
+            const int s = i % NS;
+            const int k = i / nch, c = i - k * nch;
+            const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
+            const u32 full = full0 + 8 * s;
+            if (lane == 0 && i >= NS) kc_bar_wait(empty0 + 8 * s, ((i / NS) + 1) & 1);
+            __syncwarp();
+#if BULK_DIAG == 2
+            if (BULKW && pl == 0) kc_bar_arrive(full);
+            kc_bar_arrive(full);
+            continue;
+#endif
+            const u32 dst = sbase + s * STAGE;
+#if BULKW
+            if (pl == 0) kc_bar_expect(full, TR * SEG);
+            __syncwarp();
+            for (int r = pl; r < TR; r += PL)
+                kc_bulk(dst + r * WSTRIDE, wbytes + (long long)min(row0 + r, out - 1) * row_bytes + (long long)c * SEG, SEG, full);
+#else
+#pragma unroll 4
+            for (int q = pl; q < TR * WP; q += PL) {
+                const int r = q / WP, p = q - r * WP;
+                kc_cp16(dst + r * WSTRIDE + 16 * p, wbytes + (long long)min(row0 + r, out - 1) * row_bytes + (long long)c * SEG + 16 * p);
+            }
+#endif
+            for (int q = pl; q < 2 * TR * SP; q += PL) {
+                const int rr = q / SP, p = q - rr * SP;
+                const int which = rr / TR, r = rr - which * TR;
+                kc_cp16(dst + SOFF + rr * SSTRIDE + 16 * p,
+                        (which ? biases : scales) + (long long)min(row0 + r, out - 1) * groups + (long long)c * U + 8 * p);
+            }
+            for (int q = pl; q < ntok * XP; q += PL) {
+                const int t = q / XP, p = q - t * XP;
+                kc_cp16(dst + XOFF + t * XSTRIDE + 16 * p, x + (long long)t * in + (long long)c * U * GROUP + 8 * p);
+            }
+            kc_cp_arrive(full);
+        }
+        return;
+#endif
+    }
+
+    // Consumers.
+    const int g = lane >> 2;
+    const int tig = lane & 3;
+    const int xr = min(g, min(tokens, XT) - 1);         // this lane's B column: token g, clamped
+    const u32 ones = 0x3F803F80u;
+#if BITS == 4
+    const u32 ones_hi = ones;
+#else
+    const u32 ones_hi = 0u;
+#endif
+    const int sub = warp % CG;                          // this warp's m-tiles: sub*MW .. sub*MW+MW-1
+    for (int i = warp / CG; i < nstages; i += CW / CG) {
+        const int s = i % NS;
+        const int k = i / nch;
+        kc_bar_wait(full0 + 8 * s, (i / NS) & 1);
+        const unsigned char* slot = smem + s * STAGE;
+        const u16* sc = reinterpret_cast<const u16*>(slot + SOFF);
+        float acc[MW][4];
+#pragma unroll
+        for (int m = 0; m < MW; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][e] = 0.f;
+#pragma unroll kUnroll
+        for (int u = 0; u < (BULK_DIAG == 1 ? 0 : U); ++u) {
+            // x of group u for this lane's token, then the weights.
+            u32 xw[4 * XLD];
+#pragma unroll
+            for (int l = 0; l < XLD; ++l) {
+                const kc_u4 v = *reinterpret_cast<const kc_u4*>(slot + XOFF + xr * XSTRIDE + (u * GROUP + tig * VPT + 8 * l) * 2);
+                xw[4 * l + 0] = v.x; xw[4 * l + 1] = v.y; xw[4 * l + 2] = v.z; xw[4 * l + 3] = v.w;
+            }
+            u32 w[MW][2][WPT];
+#pragma unroll
+            for (int m = 0; m < MW; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    // This lane's run of row `row` at byte `off` of the stage's row piece;
+                    // with TMA each 16-byte chunk sits where the swizzle put it.
+                    const int row = 16 * (sub * MW + m) + 8 * h + g, off = u * GBYTES + tig * (4 * WPT);
+                    auto at = [&](int o) {
+#if TMA
+                        return reinterpret_cast<const u32*>(slot + (o >> 7) * (TR * 128) + row * 128 +
+                                                            (((o >> 4) & 7) ^ (row & 7)) * 16 + (o & 15));
+#else
+                        return reinterpret_cast<const u32*>(slot + row * WSTRIDE + o);
+#endif
+                    };
+                    const u32* p = at(off);
+#if WPT >= 4
+#pragma unroll
+                    for (int q = 0; q < WPT; q += 4) {
+                        const kc_u4 v = *reinterpret_cast<const kc_u4*>(at(off + 4 * q));
+                        w[m][h][q] = v.x; w[m][h][q + 1] = v.y; w[m][h][q + 2] = v.z; w[m][h][q + 3] = v.w;
+                    }
+#elif WPT == 2
+                    const uint2 v = *reinterpret_cast<const uint2*>(p);
+                    w[m][h][0] = v.x; w[m][h][1] = v.y;
+#else
+                    w[m][h][0] = p[0];
+#endif
+                }
+            float t[MW][4], xs[4];
+#pragma unroll
+            for (int wi = 0; wi < WPT; ++wi) {
+                // B pairs for word wi, in the order its A pairs unpack.
+                u32 q[4];
+#if BITS == 4
+                const u32 x0 = xw[4 * wi], x1 = xw[4 * wi + 1], x2 = xw[4 * wi + 2], x3 = xw[4 * wi + 3];
+                q[0] = kc_prmt(x0, x2, 0x5410);   // (x0, x4)
+                q[1] = kc_prmt(x0, x2, 0x7632);   // (x1, x5)
+                q[2] = kc_prmt(x1, x3, 0x5410);   // (x2, x6)
+                q[3] = kc_prmt(x1, x3, 0x7632);   // (x3, x7)
+#else
+                const u32 x0 = xw[2 * wi], x1 = xw[2 * wi + 1];
+                q[0] = kc_prmt(x0, x1, 0x5410);   // (x0, x2) meets the low nibbles
+                q[1] = kc_times16(q[0]);          // 16*(x0, x2) meets the high nibbles
+                q[2] = kc_prmt(x0, x1, 0x7632);   // (x1, x3)
+                q[3] = kc_times16(q[2]);
+#endif
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const bool more = (wi | half) != 0;
+#if BULK_DIAG == 3
+                    if (!more) xs[0] = xs[1] = xs[2] = xs[3] = 0.f;
+#else
+                    kc_mma(xs, ones, ones, ones_hi, ones_hi, q[2 * half], q[2 * half + 1], more);
+#endif
+#pragma unroll
+                    for (int m = 0; m < MW; ++m) {
+                        const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
+                        kc_mma(t[m], kc_nib(wg, 2 * half), kc_nib(wg8, 2 * half),
+                               kc_nib(wg, 2 * half + 1), kc_nib(wg8, 2 * half + 1),
+                               q[2 * half], q[2 * half + 1], more);
+                    }
+                }
+            }
+            // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
+#pragma unroll
+            for (int m = 0; m < MW; ++m) {
+                const int r0 = 16 * (sub * MW + m) + g, r1 = r0 + 8;
+                // Scales and biases of groups u and u^1 share a word.
+                const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
+                const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
+                const float b0 = fmaf(-OFFSET, s0, kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1));
+                const float b1 = fmaf(-OFFSET, s1, kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1));
+                acc[m][0] = fmaf(s0, t[m][0], fmaf(b0, xs[0], acc[m][0]));
+                acc[m][2] = fmaf(s1, t[m][2], fmaf(b1, xs[2], acc[m][2]));
+                if (XT > 1) {   // odd token columns: none at one token
+                    acc[m][1] = fmaf(s0, t[m][1], fmaf(b0, xs[1], acc[m][1]));
+                    acc[m][3] = fmaf(s1, t[m][3], fmaf(b1, xs[3], acc[m][3]));
+                }
+            }
+        }
+        // The chunk's share of the tile: acc[m][e] is row 16m+g+8(e>>1),
+        // token 2tig+(e&1).
+        const int b = k % NS;
+        float* tred = red + b * RED_FLOATS;
+#pragma unroll
+        for (int m = 0; m < MW; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int tok = 2 * tig + (e & 1);
+                if (tok < tokens) atomicAdd(&tred[tok * TR + 16 * (sub * MW + m) + g + 8 * (e >> 1)], acc[m][e]);
+            }
+        __syncwarp();
+        int done = 0;
+        if (lane == 0) {
+            __threadfence_block();
+            done = atomicAdd(&cnt[b], 1) == nch * CG - 1;
+        }
+        done = __shfl_sync(0xFFFFFFFFu, done, 0);
+        if (done) {
+            // Last chunk of the tile: every other chunk's sums are in tred.
+            __threadfence_block();
+            const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
+            const int ntok = min(tokens, XT);
+            for (int j = lane; j < ntok * TR; j += 32) {
+                const int tok = j / TR, r = j - tok * TR, row = row0 + r;
+                float v = tred[j];
+                tred[j] = 0.f;
+                if (row < out) {
+                    if (bias != nullptr) v += kc_bf16(kc_ldh(bias + row));
+                    y[(long long)tok * out + row] = kc_to_bf16(v);
+                }
+            }
+            if (lane == 0) cnt[b] = 0;
+            __syncwarp();
+        }
+        if (lane == 0) kc_bar_arrive(empty0 + 8 * s);
+    }
+}
