@@ -209,10 +209,12 @@ BULK_MAX_SMEM = 227 * 1024
 
 def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
                 mt: int | None = None, cw: int = 8, seg: int = 512, ns: int | None = None, bps: int = 1,
-                bulkw: int = 0, pw: int = 1, tma: int | None = None, cg: int = 1) -> dict | None:
+                bulkw: int = 0, pw: int = 1, tma: int | None = None, cg: int = 1, fp16: int | None = None) -> dict | None:
     """Macros for the experimental affine_bulk (decode, tokens 1..8, 4 or 8 bits), or None when
-    it does not apply. By default its fastest feed on the H200 (bench/NOTES.md, seventh session):
-    2D tensor copies (TMA), 32-row tiles, 8 consumer warps, 512-byte row pieces, 8 stages.
+    it does not apply. By default its fastest variant on the H200 (bench/NOTES.md, seventh session):
+    2D tensor copies (TMA), 32-row tiles, 8 consumer warps, 512-byte row pieces, 8 stages, and fp16
+    operands with x resident at 4 bits when in_features <= 8192 (beyond, converting x up front
+    costs more than it saves).
 
     seg: packed bytes of each row per stage (U = seg / bytes per group, at
     least 8 groups, and dividing the row's groups: else the next smaller or
@@ -223,7 +225,8 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     blocks per SM the grid is sized for (the '_BPS' entry, not a macro; a
     '_GRID' entry caps the grid, so that blocks take many tiles). pw: producer warps of the
     cp.async feed; bulkw: weight rows by 1D bulk copies; tma: 2D tensor copies (default unless
-    pw or bulkw ask for another feed). cg: consumer warps per stage (NS then a multiple of cw/cg)."""
+    pw or bulkw ask for another feed). cg: consumer warps per stage (NS then a multiple of cw/cg).
+    fp16: fp16 operands, x converted by the producer warp (TMA and 4 bits only)."""
     if bits not in (4, 8) or not 1 <= tokens <= 8 or in_f % group or out_f % 8:
         return None
     sms = sms or SMS
@@ -248,6 +251,12 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         tma = int(pw == 1 and not bulkw)
     if tma:
         cfg["TMA"] = 1
+    if fp16 is None:
+        fp16 = int(bool(tma) and bits == 4 and in_f <= 8192)
+    if fp16:
+        if not tma or bits != 4:
+            return None
+        cfg["FP16"] = 1
     cfg.update(BULK_OVER)
     if ns is None:
         # the most stages that fit, a multiple of the consumer warps (at most 16);
@@ -256,7 +265,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
             ns = 0
             step = max(1, cfg["CW"] // cg)
             for v in range(step, 17, step):
-                if v >= 2 and bulk_smem_bytes(dict(cfg, NS=v)) * bps <= BULK_MAX_SMEM:
+                if v >= 2 and bulk_smem_bytes(dict(cfg, NS=v), in_f) * bps <= BULK_MAX_SMEM:
                     ns = v
             if ns or cfg["CW"] == 1:
                 break
@@ -264,12 +273,13 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         if not ns:
             return None
     cfg["NS"] = ns
-    if cfg["CW"] % cg or mt % cg or ns % (cfg["CW"] // cg) or bulk_smem_bytes(cfg) * bps > BULK_MAX_SMEM:
+    if cfg["CW"] % cg or mt % cg or ns % (cfg["CW"] // cg) or bulk_smem_bytes(cfg, in_f) * bps > BULK_MAX_SMEM:
         return None
     return cfg
 
 
-def bulk_smem_bytes(cfg: dict) -> int:
+def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
+    """Dynamic shared memory of an affine_bulk launch (in_f: the FP16 variant keeps x resident)."""
     tr = 16 * cfg["MT"]
     gbytes = cfg["GROUP"] * cfg["BITS"] // 8
     wpt = cfg["GROUP"] * cfg["BITS"] // 128
@@ -278,8 +288,10 @@ def bulk_smem_bytes(cfg: dict) -> int:
     xbytes = cfg["XT"] * (2 * cfg["U"] * cfg["GROUP"] + 16)
     ns = cfg["NS"]
     if cfg.get("TMA"):   # unpadded swizzled rows, stages on 1024-byte boundaries (+1024 to align the base)
-        stage = -(-(tr * seg + 2 * tr * 2 * cfg["U"] + xbytes) // 1024) * 1024
-        return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns + 1024
+        fp16 = cfg.get("FP16", 0)
+        stage = -(-(tr * seg + 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
+        resident = cfg["XT"] * (2 * in_f + 16) + 16 * (in_f // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
+        return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns + 1024 + resident
     stage = tr * wstride + 2 * tr * 2 * cfg["U"] + xbytes
     return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns
 
@@ -288,7 +300,7 @@ def bulk_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
     """(grid, block, dynamic shared bytes) for affine_bulk: resident blocks that walk the tiles."""
     tiles = -(-out_f // (16 * cfg["MT"]))
     grid = (min(tiles, cfg.get("_GRID") or SMS * cfg.get("_BPS", 1)), 1, 1)
-    return grid, (32 * (cfg["CW"] + cfg.get("PW", 1)), 1, 1), bulk_smem_bytes(cfg)
+    return grid, (32 * (cfg["CW"] + cfg.get("PW", 1)), 1, 1), bulk_smem_bytes(cfg, in_f)
 
 
 # Resident blocks per SM each tile is sized for (shared memory / registers).
@@ -794,7 +806,7 @@ def run_correctness(quick: bool) -> bool:
 
 
 def bulk_correctness_cases():
-    """(in, out, bits, group, bias, tokens, cfg overrides) for affine_bulk: every shape it takes
+    """(in, out, bits, group, bias, tokens, cfg overrides; fp16 only where given) for affine_bulk: every shape it takes
     from the correctness list and the benchmark shapes, 4 and 8 bits, every group size, and
     variants that make blocks take many tiles (a grid of 7), one chunk per tile (the
     accumulators of NS tiles in flight at once), one-tile m-tiles, few stages and few warps."""
@@ -824,6 +836,11 @@ def bulk_correctness_cases():
         (8192, 4104, 4, 64, True, 1, dict(mt=4, seg=256, cg=2, _GRID=11)),
         (4096, 3080, 4, 64, False, 3, dict(mt=2, cg=2, _GRID=9)),
         (2048, 1032, 8, 64, True, 2, dict(mt=2, cg=2, tma=0, pw=2)),
+        (8192, 28672, 4, 64, True, 1, dict(fp16=1)),
+        (14336, 4096, 4, 64, False, 1, dict(fp16=1)),
+        (4096, 4104, 4, 32, True, 3, dict(fp16=1, _GRID=7)),
+        (2048, 1000, 4, 128, False, 8, dict(fp16=1, cw=4)),
+        (1024, 3072, 4, 64, True, 5, dict(fp16=1, mt=1, _GRID=5)),
         (8192, 2056, 4, 64, True, 1, dict(pw=2, _GRID=9)),
         (4096, 1032, 4, 32, False, 4, dict(pw=4, mt=1, _GRID=13)),
         (3072, 776, 8, 64, True, 1, dict(pw=3, bulkw=1, seg=1024)),
@@ -844,6 +861,7 @@ def run_bulk_correctness() -> bool:
     for in_f, out_f, b, g, bias, t, over in cases:
         grid = over.get("_GRID")
         kw = {k: v for k, v in over.items() if not k.startswith("_")}
+        kw.setdefault("fp16", 0)   # the fp16 variant where a case asks for it
         c = bulk_config(b, g, t, in_f, out_f, **kw)
         if c is None:
             raise SystemExit(f"bulk case {in_f}->{out_f} q{b} g{g} t={t} {over}: no config")
@@ -1086,7 +1104,7 @@ def sweep_configs(bits, group, t, in_f, out_f):
         bbase = bulk_config(bits, group, t, in_f, out_f)
         for mt, cw, seg, ns, bps, feed, pw, cg in BULK_CONFIGS:
             c = bulk_config(bits, group, t, in_f, out_f, mt=mt or None, cw=cw, seg=seg, ns=ns or None, bps=bps,
-                            bulkw=int(feed == 1), pw=pw, tma=int(feed == 2), cg=cg)
+                            bulkw=int(feed == 1), pw=pw, tma=int(feed >= 2), cg=cg, fp16=int(feed == 3))
             if c and c != bbase:
                 out.append(("bulk", BULK_CU, c))
     if STREAM_ONLY:
@@ -1483,7 +1501,7 @@ def main():
     ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB[:XT]],... (XT -1: x through the ring) "
                     "timed instead of the built-in stream sweep")
     ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FEED[:PW[:CG]]]],... (FEED 0 cp.async from PW warps, 1 bulk copy per row, "
-                    "2 TMA tensor maps; default 2) "
+                    "2 TMA tensor maps, 3 TMA and fp16 operands; default 2) "
                     "(MT 0 / NS 0: the rule's choice)")
     ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. BULK_DIAG=1)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")

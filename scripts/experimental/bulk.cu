@@ -4,16 +4,31 @@
 // shared-memory stages full; consumer warps only compute. The arithmetic is
 // the stream kernel's (internal/affinegpu/kernels/stream.cu): mma.sync
 // m16n8k16 with the weights as A, unpacked in registers, x as B, and the
-// group's scale and bias folded in from the accumulator and an x-sum mma.
+// group's scale and bias folded in from the accumulator and an x-sum mma;
+// or (FP16) fp16 operands, below.
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/g] * q[o][i] + biases[o][i/g])  (+ bias[o])
 //
-// Status (bench/NOTES.md, seventh session, H200, 1 token, int4 g64): with
-// the TMA feed it moves the weights at 4.14 TB/s when the consumers skip
-// the math, and the math alone takes 33.9 us at 8192->28672; together
-// 41.6 us, no faster than the stream kernel (42.5 us). It is kept for the
-// harness (scripts/affine_kernels.py --kernel bulk) as the base of the next
-// attempt at the decode target; see NOTES for what to try.
+// Status (bench/NOTES.md, seventh session, H200, 1 token, int4 g64): the
+// TMA feed moves the weights at 4.14 TB/s when the consumers skip the
+// math. At 8192->28672 the bf16 math alone takes 31.6 us and the kernel
+// 40.2 us; with FP16 27.8 and 37.8 us (2.87x the bf16 anchor, 3.50 TB/s;
+// the stream kernel 42.5 us). FP16 is slower where in_features is large
+// (14336, 28672): every block converts the whole of x before it starts.
+// It is kept for the harness (scripts/affine_kernels.py --kernel bulk) as
+// the base of the next attempt at the decode target; see NOTES.
+//
+// FP16 (TMA, 4 bits): the consumer warps first convert x, once per block,
+// into shared memory that stays resident: per (token, group) sigma = the
+// smallest power of two >= max|x|, and every 8 values x0..x7 become the
+// fp16 pairs (x0, x4), (x1/16, x5/16), (x2, x6), (x3/16, x7/16), divided
+// by sigma (exact). A packed word w then unpacks with one shift and four
+// lop3 into fp16 pairs 1024 + v (nibbles 0, 4, 2, 6) and 1024 + 16v
+// (nibbles 1, 5, 3, 7), which meet those x pairs in an fp16 mma; per group
+// and token the kernel keeps sigma, 1024*E + 64*O and E + O (E, O: sums of
+// x over the even and odd positions of each 8), and folds
+//   acc += s*sigma*t - s*(1024E + 64O) + b*(E + O),
+// so no x-sum mma and no x permutes remain in the loop.
 //
 // Compiled at run time by NVRTC (sm_90: cp.async.bulk, tensor copies and
 // mbarrier transaction counts; no #include: bf16 travels as unsigned
@@ -62,6 +77,9 @@
 //   TMA    1: one lane issues SEG/128 2D tensor copies of the weights, one
 //          each of scales and biases, and one 1D bulk copy per token row
 //          of x; rows past the end arrive as zeros (never stored)
+//   FP16   1: fp16 operands, x converted once per block and resident (TMA
+//          and 4 bits only; shared memory grows by XT*(2*in+16) +
+//          16*XT*in/GROUP bytes)
 //   UNR    groups unrolled together in the consumer loop (default 4: 2 and
 //          16 were slower)
 //   BULK_DIAG  timing diagnostics: 1 consumers skip the math, 2 producers
@@ -74,11 +92,11 @@
 //   with tiles = ceil(out/TR): blocks stay resident and take tiles
 //   blockIdx.x, blockIdx.x + gridDim.x, ...
 //   dynamic shared memory = NS*STAGE + NS*4*8*TR + 16*ceil(4*NS/16) + 16*NS
-//   (+ 1024 with TMA, to align the stages), with
+//   (+ 1024 with TMA, to align the stages; + the resident x with FP16), with
 //     WSTRIDE = SEG + (WPT == 8 ? 16 : 16*WPT), WPT = GROUP*BITS/128,
 //     SSTRIDE = 2*U, XSTRIDE = 2*U*GROUP + 16,
 //     STAGE = TR*WSTRIDE + 2*TR*SSTRIDE + XT*XSTRIDE, or with TMA
-//     STAGE = roundup(TR*SEG + 2*TR*SSTRIDE + XT*XSTRIDE, 1024)
+//     STAGE = roundup(TR*SEG + 2*TR*SSTRIDE + XT*XSTRIDE, 1024) (no x with FP16)
 //
 // METHOD
 //   A block walks its tiles in order, each in NCH = in/(U*GROUP) chunks of
@@ -126,6 +144,12 @@ typedef unsigned short u16;
 #ifndef PW
 #define PW 1      // producer warps
 #endif
+#ifndef FP16
+#define FP16 0    // 1: fp16 operands and resident x (TMA, 4 bits): see "FP16" at the top
+#endif
+#if FP16 && (!TMA || BITS != 4)
+#error "FP16 needs TMA=1 and BITS=4"
+#endif
 #ifndef UNR
 #define UNR 4     // groups of a stage unrolled together in the consumer loop
 #endif
@@ -170,7 +194,7 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 // distinct banks without padding; a stage starts on a 1024-byte boundary.
 #define SOFF (TR * SEG)                      // scales, then biases
 #define XOFF (SOFF + 2 * TR * SSTRIDE)
-#define STAGE ((XOFF + XT * XSTRIDE + 1023) / 1024 * 1024)
+#define STAGE ((XOFF + (FP16 ? 0 : XT * XSTRIDE) + 1023) / 1024 * 1024)   // FP16: x is resident, not staged
 #else
 #define SOFF (TR * WSTRIDE)                  // scales, then biases
 #define XOFF (SOFF + 2 * TR * SSTRIDE)
@@ -180,7 +204,8 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #define RED_OFF (NS * STAGE)
 #define CNT_OFF (RED_OFF + NS * 4 * RED_FLOATS)
 #define BAR_OFF (CNT_OFF + ((4 * NS + 15) / 16) * 16)
-#define SMEM_BYTES (BAR_OFF + 16 * NS)
+#define SMEM_BYTES (BAR_OFF + 16 * NS)   // FP16: then the resident x (XT rows of 2*in+16 bytes) and its
+                                          // per-group constants (16 bytes per group and token)
 #if STAGE % 16 != 0
 #error "stage size must be a multiple of 16 bytes"
 #endif
@@ -221,6 +246,31 @@ KC_DEV u32 kc_times16(u32 pair) {
 KC_DEV void kc_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, bool acc) {
     const float z = 0.f;
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),
+          "f"(acc ? c[0] : z), "f"(acc ? c[1] : z), "f"(acc ? c[2] : z), "f"(acc ? c[3] : z));
+}
+// fp16 pair (lo, hi), round to nearest even.
+KC_DEV u32 kc_f16x2(float lo, float hi) {
+    u32 d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+// fp16 pair from nibbles of w: j = 0 (1024 + v0, 1024 + v4), 1 (1024 + 16 v1,
+// 1024 + 16 v5), 2 and 3 the same of w >> 8, all exact.
+KC_DEV u32 kc_nib16(u32 w, int j) {
+    u32 d;
+    const u32 v = j >= 2 ? w >> 8 : w;
+    if (j & 1)
+        asm("lop3.b32 %0, %1, 0x00F000F0, 0x64006400, 0xEA;" : "=r"(d) : "r"(v));
+    else
+        asm("lop3.b32 %0, %1, 0x000F000F, 0x64006400, 0xEA;" : "=r"(d) : "r"(v));
+    return d;
+}
+// c = a*b (+ c when acc), m16n8k16 fp16 -> fp32.
+KC_DEV void kc_mma16(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, bool acc) {
+    const float z = 0.f;
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
         : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),
           "f"(acc ? c[0] : z), "f"(acc ? c[1] : z), "f"(acc ? c[2] : z), "f"(acc ? c[3] : z));
@@ -302,6 +352,11 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
     int* cnt = reinterpret_cast<int*>(smem + CNT_OFF);
     const u32 sbase = kc_smem(smem);
     const u32 full0 = sbase + BAR_OFF, empty0 = full0 + 8 * NS;
+#if FP16
+    const int xrstride = 2 * in + 16;
+    unsigned char* xres = smem + SMEM_BYTES;                 // [XT][in] fp16, pairs as the unpacking meets them
+    float4* xcon = reinterpret_cast<float4*>(xres + XT * xrstride);   // [groups][XT]
+#endif
 
     for (int i = threadIdx.x; i < NS * RED_FLOATS; i += blockDim.x) red[i] = 0.f;
     for (int i = threadIdx.x; i < NS; i += blockDim.x) cnt[i] = 0;
@@ -313,6 +368,7 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+
 
     if (warp >= CW) {
         // Producer: stage i's pieces, once slot i % NS is free (lane 0
@@ -328,24 +384,26 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
         // arrive as zeros (never stored) and count toward the bytes.
         if (lane != 0) return;
         for (int i = 0; i < nstages; ++i) {
-            const int s = i % NS;
-            const int k = i / nch, c = i - k * nch;
-            const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
-            const u32 full = full0 + 8 * s;
-            if (i >= NS) kc_bar_wait(empty0 + 8 * s, ((i / NS) + 1) & 1);
-            const u32 dst = sbase + s * STAGE;
+            {
+                const int s = i % NS;
+                const int k = i / nch, c = i - k * nch;
+                const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
+                const u32 full = full0 + 8 * s;
+                if (i >= NS) kc_bar_wait(empty0 + 8 * s, ((i / NS) + 1) & 1);
+                const u32 dst = sbase + s * STAGE;
 #if BULK_DIAG == 2
-            kc_bar_arrive(full);
-            continue;
-#endif
-            kc_bar_expect(full, TR * SEG + 2 * TR * SSTRIDE + ntok * XSEG);
+                kc_bar_arrive(full);
+#else
+                kc_bar_expect(full, TR * SEG + 2 * TR * SSTRIDE + (FP16 ? 0 : ntok * XSEG));
 #pragma unroll
-            for (int b = 0; b < SEG / 128; ++b)
-                kc_tma2d(dst + b * TR * 128, &wmap, c * (SEG / 4) + 32 * b, row0, full);
-            kc_tma2d(dst + SOFF, &smap, c * U, row0, full);
-            kc_tma2d(dst + SOFF + TR * SSTRIDE, &bmap, c * U, row0, full);
-            for (int t = 0; t < ntok; ++t)
-                kc_bulk(dst + XOFF + t * XSTRIDE, x + (long long)t * in + (long long)c * U * GROUP, XSEG, full);
+                for (int b = 0; b < SEG / 128; ++b)
+                    kc_tma2d(dst + b * TR * 128, &wmap, c * (SEG / 4) + 32 * b, row0, full);
+                kc_tma2d(dst + SOFF, &smap, c * U, row0, full);
+                kc_tma2d(dst + SOFF + TR * SSTRIDE, &bmap, c * U, row0, full);
+                for (int t = 0; t < (FP16 ? 0 : ntok); ++t)
+                    kc_bulk(dst + XOFF + t * XSTRIDE, x + (long long)t * in + (long long)c * U * GROUP, XSEG, full);
+#endif
+            }
         }
         return;
 #else
@@ -405,10 +463,76 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
 #else
     const u32 ones_hi = 0u;
 #endif
+#if FP16
+    // x, once per block while the first stages fly: each pair of threads
+    // takes one (token, group), a half each. It finds the group's max|x|
+    // and sigma = 2^e >= it, writes every 8 values x0..x7 as the fp16
+    // pairs the unpacked weights meet, (x0, x4), (x1/16, x5/16), (x2, x6),
+    // (x3/16, x7/16), all divided by sigma (exact: powers of two), and
+    // stores sigma, 1024*E + 64*O and E + O, where E and O sum x over the
+    // even and odd positions of each 8: the offsets the fp16 unpacking
+    // leaves in the mma (q = 1024 + v and 1024 + 16*v).
+    {
+        const int ntok = min(tokens, XT);
+        const int items = 2 * groups * ntok;
+        for (int base = 0; base < items; base += 32 * CW) {   // uniform per warp: items is even
+            const int it = base + (int)threadIdx.x;
+            const bool valid = it < items;
+            const int grp = it >> 1, half = it & 1;
+            const int r = valid ? grp / groups : 0, gi = valid ? grp - r * groups : 0;
+            constexpr int HB = GROUP / 16;                     // blocks of 8 values per half group
+            const u16* src = x + (long long)r * in + gi * GROUP + half * (GROUP / 2);
+            kc_u4 blk[HB];
+            float mx = 0.f, E = 0.f, O = 0.f;
+#pragma unroll
+            for (int q = 0; q < HB; ++q) {
+                if (valid) {
+                    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+                        : "=r"(blk[q].x), "=r"(blk[q].y), "=r"(blk[q].z), "=r"(blk[q].w) : "l"(src + 8 * q));
+                } else {
+                    blk[q] = kc_u4{0, 0, 0, 0};
+                }
+                const u32 w4[4] = {blk[q].x, blk[q].y, blk[q].z, blk[q].w};
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    const float lo = kc_half(w4[h], 0), hi = kc_half(w4[h], 1);   // x[2h], x[2h+1]
+                    mx = fmaxf(mx, fmaxf(fabsf(lo), fabsf(hi)));
+                    E += lo;
+                    O += hi;
+                }
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+            E += __shfl_xor_sync(0xFFFFFFFFu, E, 1);
+            O += __shfl_xor_sync(0xFFFFFFFFu, O, 1);
+            // sigma = 2^e, the smallest power of two >= mx (1 for an all-zero group).
+            const u32 mb = __float_as_uint(mx);
+            const int e = mx == 0.f ? 0 : (int)((mb >> 23) & 0xFF) - 127 + ((mb & 0x7FFFFF) != 0);
+            const float sigma = __uint_as_float((u32)(127 + e) << 23), inv = __uint_as_float((u32)(127 - e) << 23);
+            if (valid) {
+                kc_u4* dst = reinterpret_cast<kc_u4*>(xres + r * xrstride + (gi * GROUP + half * (GROUP / 2)) * 2);
+#pragma unroll
+                for (int q = 0; q < HB; ++q) {
+                    const u32 w4[4] = {blk[q].x, blk[q].y, blk[q].z, blk[q].w};
+                    float v[8];
+#pragma unroll
+                    for (int h = 0; h < 4; ++h) { v[2 * h] = kc_half(w4[h], 0) * inv; v[2 * h + 1] = kc_half(w4[h], 1) * inv; }
+                    kc_u4 o;
+                    o.x = kc_f16x2(v[0], v[4]);
+                    o.y = kc_f16x2(v[1] * 0.0625f, v[5] * 0.0625f);
+                    o.z = kc_f16x2(v[2], v[6]);
+                    o.w = kc_f16x2(v[3] * 0.0625f, v[7] * 0.0625f);
+                    dst[q] = o;
+                }
+                if (half == 0) xcon[gi * XT + r] = make_float4(sigma, 1024.f * E + 64.f * O, E + O, 0.f);
+            }
+        }
+        asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");   // the consumer warps only
+    }
+#endif
     const int sub = warp % CG;                          // this warp's m-tiles: sub*MW .. sub*MW+MW-1
     for (int i = warp / CG; i < nstages; i += CW / CG) {
         const int s = i % NS;
-        const int k = i / nch;
+        const int k = i / nch, c = i - k * nch;
         kc_bar_wait(full0 + 8 * s, (i / NS) & 1);
         const unsigned char* slot = smem + s * STAGE;
         const u16* sc = reinterpret_cast<const u16*>(slot + SOFF);
@@ -423,7 +547,11 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
             u32 xw[4 * XLD];
 #pragma unroll
             for (int l = 0; l < XLD; ++l) {
+#if FP16
+                const kc_u4 v = *reinterpret_cast<const kc_u4*>(xres + xr * xrstride + ((c * U + u) * GROUP + tig * VPT + 8 * l) * 2);
+#else
                 const kc_u4 v = *reinterpret_cast<const kc_u4*>(slot + XOFF + xr * XSTRIDE + (u * GROUP + tig * VPT + 8 * l) * 2);
+#endif
                 xw[4 * l + 0] = v.x; xw[4 * l + 1] = v.y; xw[4 * l + 2] = v.z; xw[4 * l + 3] = v.w;
             }
             u32 w[MW][2][WPT];
@@ -461,7 +589,9 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
             for (int wi = 0; wi < WPT; ++wi) {
                 // B pairs for word wi, in the order its A pairs unpack.
                 u32 q[4];
-#if BITS == 4
+#if FP16
+                q[0] = xw[4 * wi]; q[1] = xw[4 * wi + 1]; q[2] = xw[4 * wi + 2]; q[3] = xw[4 * wi + 3];   // converted in place
+#elif BITS == 4
                 const u32 x0 = xw[4 * wi], x1 = xw[4 * wi + 1], x2 = xw[4 * wi + 2], x3 = xw[4 * wi + 3];
                 q[0] = kc_prmt(x0, x2, 0x5410);   // (x0, x4)
                 q[1] = kc_prmt(x0, x2, 0x7632);   // (x1, x5)
@@ -477,6 +607,16 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     const bool more = (wi | half) != 0;
+#if FP16
+#pragma unroll
+                    for (int m = 0; m < MW; ++m) {
+                        const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
+                        kc_mma16(t[m], kc_nib16(wg, 2 * half), kc_nib16(wg8, 2 * half),
+                                 kc_nib16(wg, 2 * half + 1), kc_nib16(wg8, 2 * half + 1),
+                                 q[2 * half], q[2 * half + 1], more);
+                    }
+                    continue;
+#endif
 #if BULK_DIAG == 3
                     if (!more) xs[0] = xs[1] = xs[2] = xs[3] = 0.f;
 #else
@@ -491,6 +631,26 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
                     }
                 }
             }
+#if FP16
+            // Fold: acc += s*sigma*t - s*(1024E + 64O) + b*(E + O), rows g
+            // (e = 0, 1) and g+8 (e = 2, 3); token columns 2tig, 2tig+1.
+            const float4 xc0 = xcon[(c * U + u) * XT + min(2 * tig, min(tokens, XT) - 1)];
+            const float4 xc1 = xcon[(c * U + u) * XT + min(2 * tig + 1, min(tokens, XT) - 1)];
+#pragma unroll
+            for (int m = 0; m < MW; ++m) {
+                const int r0 = 16 * (sub * MW + m) + g, r1 = r0 + 8;
+                const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
+                const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
+                const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1);
+                acc[m][0] = fmaf(s0 * xc0.x, t[m][0], fmaf(b0, xc0.z, fmaf(-s0, xc0.y, acc[m][0])));
+                acc[m][2] = fmaf(s1 * xc0.x, t[m][2], fmaf(b1, xc0.z, fmaf(-s1, xc0.y, acc[m][2])));
+                if (XT > 1) {
+                    acc[m][1] = fmaf(s0 * xc1.x, t[m][1], fmaf(b0, xc1.z, fmaf(-s0, xc1.y, acc[m][1])));
+                    acc[m][3] = fmaf(s1 * xc1.x, t[m][3], fmaf(b1, xc1.z, fmaf(-s1, xc1.y, acc[m][3])));
+                }
+            }
+            continue;
+#endif
             // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
 #pragma unroll
             for (int m = 0; m < MW; ++m) {
