@@ -58,7 +58,7 @@ KERNELS = ()              # --kernel filter: () = all but the experimental bulk 
 STREAM_ONLY = False       # --sweep times alternative configs of affine_stream only
 STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB, XT)] replacing the stream sweep
 STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
-BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS)] timed with --sweep
+BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FEED, PW, CG)] timed with --sweep
 BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes (e.g. BULK_DIAG=1)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
@@ -216,24 +216,25 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     operands with x resident at 4 bits when in_features <= 8192 (beyond, converting x up front
     costs more than it saves).
 
-    seg: packed bytes of each row per stage (U = seg / bytes per group, at
-    least 8 groups, and dividing the row's groups: else the next smaller or
-    larger multiple of 8 that does). mt: 16-row m-tiles per tile; by
+    seg: packed bytes of each row per stage (U = seg / bytes per group, a
+    multiple of 8 from 8 to 64 that divides the row's groups: else half or a
+    quarter of it, else twice it). mt: 16-row m-tiles per tile; by
     default 2 unless that leaves a longer last wave of tiles than 1.
-    ns: ring stages, a multiple of cw; by default as many as fit (at most 16;
-    cw halves when not even cw stages fit). bps: resident
+    ns: ring stages, a multiple of cw/cg; by default as many as fit (at most 16;
+    cw halves when not even cw/cg stages fit). bps: resident
     blocks per SM the grid is sized for (the '_BPS' entry, not a macro; a
     '_GRID' entry caps the grid, so that blocks take many tiles). pw: producer warps of the
     cp.async feed; bulkw: weight rows by 1D bulk copies; tma: 2D tensor copies (default unless
     pw or bulkw ask for another feed). cg: consumer warps per stage (NS then a multiple of cw/cg).
-    fp16: fp16 operands, x converted by the producer warp (TMA and 4 bits only)."""
+    fp16: fp16 operands, x converted once per block by the consumer warps and kept resident
+    (TMA and 4 bits only). Contradictory settings (also through --bulk-over) give None."""
     if bits not in (4, 8) or not 1 <= tokens <= 8 or in_f % group or out_f % 8:
         return None
     sms = sms or SMS
     groups = in_f // group
     gbytes = group * bits // 8
     want = max(8, seg // gbytes // 8 * 8)
-    u = next((v for v in (want, want // 2, want // 4, want * 2) if v >= 8 and v % 8 == 0 and groups % v == 0), None)
+    u = next((v for v in (want, want // 2, want // 4, want * 2) if 8 <= v <= 64 and v % 8 == 0 and groups % v == 0), None)
     if u is None:
         return None
     if mt is None:
@@ -258,6 +259,15 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
             return None
         cfg["FP16"] = 1
     cfg.update(BULK_OVER)
+    if cfg.get("TMA") and cfg.get("PW", 1) != 1:
+        return None          # one lane issues every tensor copy
+    if cfg.get("FP16") and (not cfg.get("TMA") or bits != 4):
+        return None
+
+    def fits(c):   # one block: 227 KiB; several: the SM's 228 KiB, 1 KiB reserved per block
+        b = bulk_smem_bytes(c, in_f)
+        return b <= BULK_MAX_SMEM and (bps == 1 or (b + 1024) * bps <= 228 * 1024)
+
     if ns is None:
         # the most stages that fit, a multiple of the consumer warps (at most 16);
         # fewer consumer warps when not even one round of stages fits
@@ -265,7 +275,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
             ns = 0
             step = max(1, cfg["CW"] // cg)
             for v in range(step, 17, step):
-                if v >= 2 and bulk_smem_bytes(dict(cfg, NS=v), in_f) * bps <= BULK_MAX_SMEM:
+                if v >= 2 and fits(dict(cfg, NS=v)):
                     ns = v
             if ns or cfg["CW"] == 1:
                 break
@@ -273,7 +283,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         if not ns:
             return None
     cfg["NS"] = ns
-    if cfg["CW"] % cg or mt % cg or ns % (cfg["CW"] // cg) or bulk_smem_bytes(cfg, in_f) * bps > BULK_MAX_SMEM:
+    if cfg["CW"] % cg or mt % cg or ns % (cfg["CW"] // cg) or not fits(cfg):
         return None
     return cfg
 
@@ -1304,7 +1314,8 @@ def _libcuda():
 
 
 class TensorMap:
-    """A CUtensorMap (128 bytes, 64-byte aligned) for a row-major 2D tensor, by cuTensorMapEncodeTiled."""
+    """A CUtensorMap (128 bytes, 64-byte aligned) for a row-major 2D tensor, by cuTensorMapEncodeTiled.
+    .map lives in this object's buffer: keep the TensorMap alive while .map is passed to launches."""
 
     def __init__(self, ptr: int, dtype: int, inner: int, rows: int, row_bytes: int, box_inner: int, box_rows: int,
                  swizzle: int = 0, l2promo: int = 2):
@@ -1523,6 +1534,8 @@ def main():
                           for c in args.stream_configs.split(",")]
     if args.bulk_configs:
         global BULK_CONFIGS
+        if any(len(c.split(":")) < 4 for c in args.bulk_configs.split(",")):
+            ap.error("--bulk-configs entries need at least MT:CW:SEG:NS")
         BULK_CONFIGS = [tuple(int(v) for v in (c.split(":") + ["1", "2", "1", "1"][len(c.split(":")) - 4:])[:8])
                         for c in args.bulk_configs.split(",")]
     if args.bulk_over:
