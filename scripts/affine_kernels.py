@@ -297,7 +297,7 @@ def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
     wstride = seg + (16 if wpt == 8 else 16 * wpt)
     xbytes = cfg["XT"] * (2 * cfg["U"] * cfg["GROUP"] + 16)
     ns = cfg["NS"]
-    if cfg.get("TMA"):   # unpadded swizzled rows, stages on 1024-byte boundaries (+1024 to align the base)
+    if cfg.get("TMA"):   # unpadded swizzled rows, stages on 1024-byte boundaries (+1024: slack, see the kernel)
         fp16 = cfg.get("FP16", 0)
         stage = -(-(tr * seg + 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
         resident = cfg["XT"] * (2 * in_f + 16) + 16 * (in_f // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
