@@ -293,6 +293,13 @@ func cuFuncGetParamInfo(function uintptr, index int) (offset, size int, r Result
 	return int(o), int(n), r
 }
 
+func cuTensorMapEncodeTiled(ctx uintptr, m *TensorMap, dataType, rank int, addr DevicePtr,
+	dims, strides *[maxTensorRank]uint64, box, elementStrides *[maxTensorRank]uint32, swizzle, l2Promotion int) Result {
+	return Result(C.kc_tensor_map_encode_tiled(C.uintptr_t(ctx), (*C.uchar)(unsafe.Pointer(&m[0])), C.int(dataType), C.uint(rank),
+		C.kc_deviceptr(addr), (*C.ulonglong)(unsafe.Pointer(&dims[0])), (*C.ulonglong)(unsafe.Pointer(&strides[0])),
+		(*C.uint)(unsafe.Pointer(&box[0])), (*C.uint)(unsafe.Pointer(&elementStrides[0])), C.int(swizzle), C.int(l2Promotion)))
+}
+
 func cuStreamBeginCapture(ctx, stream uintptr, mode CaptureMode) Result {
 	return Result(C.kc_stream_begin_capture(C.uintptr_t(ctx), C.uintptr_t(stream), C.int(mode)))
 }

@@ -89,3 +89,8 @@ func cuGraphInstantiate(uintptr) (uintptr, Result)                              
 func cuGraphDestroy(uintptr) Result                                              { return stubResult }
 func cuGraphExecDestroy(uintptr) Result                                          { return stubResult }
 func cuGraphLaunch(uintptr, uintptr, uintptr) Result                             { return stubResult }
+
+func cuTensorMapEncodeTiled(uintptr, *TensorMap, int, int, DevicePtr, *[maxTensorRank]uint64, *[maxTensorRank]uint64,
+	*[maxTensorRank]uint32, *[maxTensorRank]uint32, int, int) Result {
+	return stubResult
+}

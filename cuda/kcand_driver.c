@@ -95,6 +95,10 @@ static struct {
 	                            unsigned int block_x, unsigned int block_y, unsigned int block_z,
 	                            unsigned int shared_bytes, void *stream, void **params, void **extra);
 	kc_result (*cuLaunchKernelEx)(const struct kc_launch_config *config, void *function, void **params, void **extra);
+	kc_result (*cuTensorMapEncodeTiled)(void *map, int data_type, unsigned int rank, void *address,
+	                                    const unsigned long long *dims, const unsigned long long *strides,
+	                                    const unsigned int *box, const unsigned int *element_strides,
+	                                    int interleave, int swizzle, int l2_promotion, int oob_fill);
 } drv;
 
 /* The context this thread was bound to by kc_thread_bind, or 0. */
@@ -176,6 +180,7 @@ int kc_driver_open(const char *path, char *message, size_t message_size) {
 		{SLOT(cuLaunchKernel), {"cuLaunchKernel"}},
 		{SLOT(cuFuncGetParamInfo), {"cuFuncGetParamInfo"}, OPTIONAL}, /* CUDA 12.4 */
 		{SLOT(cuLaunchKernelEx), {"cuLaunchKernelEx"}, OPTIONAL}, /* CUDA 12.0 */
+		{SLOT(cuTensorMapEncodeTiled), {"cuTensorMapEncodeTiled"}, OPTIONAL}, /* CUDA 12.0 */
 		/* No fallback to cuStreamBeginCapture: it has another signature, and
 		 * every driver with cuGraphInstantiateWithFlags (11.4) has _v2 (10.1). */
 		{SLOT(cuStreamBeginCapture), {"cuStreamBeginCapture_v2"}, OPTIONAL},
@@ -476,6 +481,30 @@ kc_result kc_occupancy_max_active_blocks(int *blocks, uintptr_t function, int bl
 kc_result kc_func_get_param_info(size_t *offset, size_t *size, uintptr_t function, size_t index) {
 	REQUIRE(cuFuncGetParamInfo);
 	return CALL(cuFuncGetParamInfo, (void *)function, index, offset, size);
+}
+
+kc_result kc_tensor_map_encode_tiled(uintptr_t context, unsigned char *map128, int data_type, unsigned int rank, kc_deviceptr address,
+                                     const unsigned long long *dims, const unsigned long long *strides,
+                                     const unsigned int *box, const unsigned int *element_strides, int swizzle, int l2_promotion) {
+	REQUIRE(cuTensorMapEncodeTiled);
+	if (!drv.loaded) {
+		return KC_NOT_LOADED;
+	}
+	/* A CUtensorMap is 64-byte aligned; Go's array need not be. */
+	_Alignas(64) unsigned char map[128];
+	void *previous = NULL;
+	int switched = 0;
+	kc_result r = enter(context, &previous, &switched);
+	if (r == 0) {
+		/* No interleave; elements past the end read as zeros (no NaN fill). */
+		r = drv.cuTensorMapEncodeTiled(map, data_type, rank, (void *)(uintptr_t)address, dims, strides, box, element_strides,
+		                               0, swizzle, l2_promotion, 0);
+		leave(previous, switched);
+	}
+	if (r == 0) {
+		memcpy(map128, map, sizeof(map));
+	}
+	return r;
 }
 
 kc_result kc_stream_begin_capture(uintptr_t context, uintptr_t stream, int mode) {

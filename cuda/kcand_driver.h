@@ -106,6 +106,15 @@ kc_result kc_occupancy_max_active_blocks(int *blocks, uintptr_t function, int bl
 /* Optional (CUDA 12.4+): KC_MISSING_SYMBOL on older drivers. */
 kc_result kc_func_get_param_info(size_t *offset, size_t *size, uintptr_t function, size_t index);
 
+/* Optional (CUDA 12.0+): encodes a tiled tensor map (CUtensorMap, 128
+ * bytes written to map128 on success) over the tensor at address, with the
+ * context current for the call. rank arrays of dims,
+ * box and element strides, rank-1 strides in bytes; data_type, swizzle
+ * and l2_promotion are the driver's enum values. */
+kc_result kc_tensor_map_encode_tiled(uintptr_t context, unsigned char *map128, int data_type, unsigned int rank, kc_deviceptr address,
+                                     const unsigned long long *dims, const unsigned long long *strides,
+                                     const unsigned int *box, const unsigned int *element_strides, int swizzle, int l2_promotion);
+
 /* Graphs, all optional. Capture and graph launch are stream-ordered (the
  * context is made current for the call when needed); instantiating and
  * destroying run on a bound thread. mode is a CUstreamCaptureMode. */

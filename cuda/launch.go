@@ -197,11 +197,12 @@ func (a *Args) Float32(v float32) *Args { return a.Uint32(math.Float32bits(v)) }
 func (a *Args) Float64(v float64) *Args { return a.Uint64(math.Float64bits(v)) }
 
 // Bytes appends a by-value struct parameter: its bytes as the kernel lays
-// them out, and its alignment (1, 2, 4, 8 or 16).
+// them out, and its alignment (a power of two up to 64, which a CUtensorMap
+// has).
 func (a *Args) Bytes(v []byte, align int) *Args {
 	switch {
-	case align != 1 && align != 2 && align != 4 && align != 8 && align != 16:
-		a.fail(errdefs.Invalid("argument alignment", align, "parameter %d: want 1, 2, 4, 8 or 16", len(a.offsets)))
+	case align < 1 || align > 64 || align&(align-1) != 0:
+		a.fail(errdefs.Invalid("argument alignment", align, "parameter %d: want 1, 2, 4, 8, 16, 32 or 64", len(a.offsets)))
 	case len(v) == 0:
 		a.fail(errdefs.Invalid("argument", "empty", "parameter %d has no bytes", len(a.offsets)))
 	default:

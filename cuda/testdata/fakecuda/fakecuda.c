@@ -574,11 +574,12 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s) {
 
 /* ---- modules and kernels ---- */
 
-enum kernel_kind { FILL, SPIN_AFFINE, SHARED_SUM, EMPTY, ADD, SCALE_FLOAT, PDL_PRODUCER, PDL_CONSUMER };
+enum kernel_kind { FILL, SPIN_AFFINE, SHARED_SUM, EMPTY, ADD, SCALE_FLOAT, PDL_PRODUCER, PDL_CONSUMER, TMA_COPY };
 
 /* The parameter sizes each test kernel declares, in order; each parameter
- * lies at its natural alignment, as the compiler lays them out. */
-#define MAX_KERNEL_PARAMS 4
+ * lies at its natural alignment, as the compiler lays them out (a
+ * CUtensorMap, 128 bytes, at 64). */
+#define MAX_KERNEL_PARAMS 5
 typedef struct {
 	int count;
 	int sizes[MAX_KERNEL_PARAMS];
@@ -593,16 +594,19 @@ static const param_layout layouts[] = {
 	[SCALE_FLOAT] = {3, {8, 4, 4}},    /* float *data, float factor, unsigned n */
 	[PDL_PRODUCER] = {4, {8, 8, 4, 8}}, /* unsigned *p, unsigned long long ns, unsigned v, unsigned long long *done */
 	[PDL_CONSUMER] = {3, {8, 8, 8}},    /* const unsigned *p, unsigned *q, unsigned long long *started */
+	[TMA_COPY] = {5, {128, 8, 4, 4, 4}}, /* CUtensorMap map, unsigned char *out, unsigned bytes, int c0, int c1 */
 };
+
+static size_t param_align(int size) { return size > 8 ? 64 : (size_t)size; }
 
 static size_t param_offset(const param_layout *layout, int index) {
 	size_t offset = 0;
 	for (int i = 0;; i++) {
-		size_t align = (size_t)layout->sizes[i];
+		size_t align = param_align(layout->sizes[i]);
 		offset = (offset + align - 1) & ~(align - 1);
 		if (i == index)
 			return offset;
-		offset += align;
+		offset += (size_t)layout->sizes[i];
 	}
 }
 
@@ -665,6 +669,8 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
 		kind = PDL_PRODUCER;
 	else if (strcmp(name, "kc_pdl_consumer") == 0)
 		kind = PDL_CONSUMER;
+	else if (strcmp(name, "kcand_tma_copy") == 0)
+		kind = TMA_COPY;
 	else
 		return NOT_FOUND;
 	function *fn = calloc(1, sizeof(function));
@@ -726,7 +732,7 @@ CUresult cuFuncGetParamInfo(void *f, size_t index, size_t *offset, size_t *size)
 
 /* A launch as a graph holds it: the parameter values are copied when the
  * launch is captured, as the real driver copies them. */
-#define PARAM_STORAGE 64
+#define PARAM_STORAGE 256
 typedef struct {
 	function *fn;
 	unsigned grid[3], block[3], shared;
@@ -734,20 +740,100 @@ typedef struct {
 } launch_record;
 
 /* check_args insists that each parameter pointer is set and aligned for
- * its size. */
+ * its size (up to 16 bytes: the driver copies larger ones bytewise). */
 #define ALIGNED(p, a) (((uintptr_t)(p) & ((a) - 1)) == 0)
 
 static CUresult check_args(void **params, const param_layout *layout) {
 	if (params == NULL)
 		return layout->count == 0 ? OK : INVALID_VALUE;
 	for (int i = 0; i < layout->count; i++)
-		if (params[i] == NULL || !ALIGNED(params[i], layout->sizes[i]))
+		if (params[i] == NULL || !ALIGNED(params[i], layout->sizes[i] > 16 ? 16 : layout->sizes[i]))
 			return INVALID_VALUE;
 	return OK;
 }
 
 /* ARG reads parameter i as type T; check_args has vouched for it. */
 #define ARG(T, i) (*(T *)params[i])
+
+/* A tensor map as the fake encodes it into the 128 opaque bytes: the
+ * geometry kcand_tma_copy needs, behind a magic number. */
+#define TENSOR_MAP_MAGIC 0x544d4150u
+typedef struct {
+	unsigned magic;
+	int data_type, swizzle;
+	unsigned rank;
+	CUdeviceptr address;
+	unsigned long long dims[5], strides[4];
+	unsigned box[5];
+} tensor_map;
+_Static_assert(sizeof(tensor_map) <= 128, "a tensor map is 128 bytes");
+
+static const int tensor_type_sizes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2}; /* CUtensorMapDataType 0..9 */
+
+#if FAKECUDA_DRIVER_VERSION >= 12000
+/* cuTensorMapEncodeTiled with the rules the driver documents; the fake
+ * needs no context for it either. */
+CUresult cuTensorMapEncodeTiled(void *map, int data_type, unsigned rank, void *address, const unsigned long long *dims,
+                                const unsigned long long *strides, const unsigned *box, const unsigned *element_strides,
+                                int interleave, int swizzle, int l2_promotion, int oob_fill) {
+	if (map == NULL || !ALIGNED(map, 64) || data_type < 0 || data_type > 9 || rank < 1 || rank > 5 || address == NULL ||
+	    !ALIGNED(address, 16) || interleave != 0 || swizzle < 0 || swizzle > 3 || l2_promotion < 0 || l2_promotion > 3 ||
+	    oob_fill < 0 || oob_fill > 1)
+		return INVALID_VALUE;
+	int size = tensor_type_sizes[data_type];
+	for (unsigned i = 0; i < rank; i++) {
+		if (dims[i] == 0 || dims[i] > (1ull << 32) || box[i] == 0 || box[i] > 256 || element_strides[i] != 1)
+			return INVALID_VALUE;
+		if (i + 1 < rank && (strides[i] % 16 != 0 || strides[i] >= (1ull << 40)))
+			return INVALID_VALUE;
+	}
+	unsigned row = box[0] * (unsigned)size;
+	if (row % 16 != 0 || (swizzle != 0 && row > (16u << swizzle)))
+		return INVALID_VALUE;
+	tensor_map t = {TENSOR_MAP_MAGIC, data_type, swizzle, rank, (CUdeviceptr)(uintptr_t)address, {0}, {0}, {0}};
+	for (unsigned i = 0; i < rank; i++) {
+		t.dims[i] = dims[i];
+		t.box[i] = box[i];
+		if (i + 1 < rank)
+			t.strides[i] = strides[i];
+	}
+	memset(map, 0, 128);
+	memcpy(map, &t, sizeof(t));
+	return OK;
+}
+#endif
+
+/* tma_copy is kcand_tma_copy on the CPU: the box of a 2D map at (c0, c1)
+ * into out as shared memory would hold it, zeros past the tensor's end,
+ * 16-byte chunks swizzled as the hardware does (chunk bits 4.. of an
+ * offset XORed with its 128-byte row bits 7..). */
+static CUresult tma_copy(void *const *params, unsigned shared) {
+	tensor_map t;
+	memcpy(&t, params[0], sizeof(t));
+	unsigned char *out = (unsigned char *)(uintptr_t)ARG(CUdeviceptr, 1);
+	unsigned bytes = ARG(unsigned, 2);
+	int c0 = ARG(int, 3), c1 = ARG(int, 4);
+	if (t.magic != TENSOR_MAP_MAGIC || t.rank != 2)
+		return ILLEGAL_ADDRESS; /* not a map this fake encoded, or not 2D */
+	size_t size = (size_t)tensor_type_sizes[t.data_type], row = t.box[0] * size;
+	if (bytes != row * t.box[1] || (size_t)bytes + 8 > shared || !inside((CUdeviceptr)(uintptr_t)out, bytes))
+		return ILLEGAL_ADDRESS; /* the barrier would wait forever, or the box overruns */
+	size_t mask = ((size_t)1 << t.swizzle) - 1; /* none: 0, 32 B: 1, 64 B: 3, 128 B: 7 */
+	for (size_t r = 0; r < t.box[1]; r++)
+		for (size_t b = 0; b < row; b++) {
+			long long x = c0 + (long long)(b / size), y = c1 + (long long)r;
+			unsigned char v = 0;
+			if (x >= 0 && y >= 0 && (unsigned long long)x < t.dims[0] && (unsigned long long)y < t.dims[1]) {
+				CUdeviceptr p = t.address + (CUdeviceptr)y * t.strides[0] + (CUdeviceptr)x * size + b % size;
+				if (!inside(p, 1))
+					return ILLEGAL_ADDRESS;
+				v = *(unsigned char *)(uintptr_t)p;
+			}
+			size_t o = r * row + b;
+			out[o ^ (((o >> 7) & mask) << 4)] = v;
+		}
+	return OK;
+}
 
 /* run_kernel executes a checked launch on the CPU. */
 static CUresult run_kernel(const function *fn, const unsigned grid[3], const unsigned block[3], unsigned shared, void **params) {
@@ -817,6 +903,8 @@ static CUresult run_kernel(const function *fn, const unsigned grid[3], const uns
 			out[i] = in[i] * 3;
 		return OK;
 	}
+	case TMA_COPY:
+		return tma_copy(params, shared);
 	case SCALE_FLOAT: {
 		float *data = (float *)(uintptr_t)ARG(CUdeviceptr, 0);
 		float factor = ARG(float, 1);
