@@ -68,7 +68,7 @@ type cudaLaunch struct {
 	fn     *cuda.Function
 	config cuda.LaunchConfig
 	params []sdk.Param
-	slots  []int // each parameter's binding in the plan's bindings, -1 for a scalar
+	slots  []int // each parameter's slot in the plan's bindings (see newPlanBindings)
 	args   *cuda.Args
 }
 
@@ -99,6 +99,7 @@ func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer
 	if err != nil {
 		return nil, err
 	}
+	bindings.encode = l.dev.Context().EncodeTensorMap
 	out := &cudaPlan{dev: l.dev, bindings: bindings}
 	for i, ln := range plan.Launches {
 		field := fmt.Sprintf("launches[%d]", i)
@@ -152,7 +153,10 @@ func checkParams(field string, fn *cuda.Function, params []sdk.Param) error {
 	}
 	for j, p := range params {
 		size := len(p.Scalar)
-		if p.Buffer != "" {
+		switch {
+		case p.TensorMap != nil:
+			size = len(cuda.TensorMap{})
+		case p.Buffer != "":
 			size = 8
 		}
 		if info[j].Size != size {

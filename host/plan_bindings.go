@@ -14,8 +14,11 @@ import (
 // per run, whatever number of launches and parameters use it; the fixed
 // bindings (weights, workspace) are resolved at load, and a run looks them
 // up only when its io holds more buffers than the plan's required inputs and
-// outputs, that is when it may replace one (as weight rotation does). Not
-// safe for concurrent use: the plan's mutex guards it.
+// outputs, that is when it may replace one (as weight rotation does). A
+// tensor-map parameter is encoded over each address its buffer takes and
+// the encodings are kept, so a plan that keeps its buffers, or cycles
+// through a few (rotation, double buffering), encodes each map once per
+// address. Not safe for concurrent use: the plan's mutex guards it.
 type planBindings struct {
 	names    []string         // distinct buffer names, in order of first use
 	need     []int64          // bytes a buffer bound to names[i] must hold
@@ -23,13 +26,41 @@ type planBindings struct {
 	addr     []cuda.DevicePtr // fixed addresses at load; this run's after resolve
 	base     []cuda.DevicePtr // the fixed addresses, to restore after a replacement
 	required int              // names a run must supply
+	maps     []*boundTensorMap
+	// encode encodes a tensor map over an address (the device context's
+	// EncodeTensorMap); needed only when maps is not empty.
+	encode func(cuda.TensorMapDesc, cuda.DevicePtr) (cuda.TensorMap, error)
 }
+
+// boundTensorMap is one tensor-map parameter, its encoding for this run's
+// address, and the encodings for the addresses it had before.
+type boundTensorMap struct {
+	binding int // index into names
+	offset  int64
+	desc    cuda.TensorMapDesc
+	addr    cuda.DevicePtr // 0 until the first run
+	encoded cuda.TensorMap
+	earlier map[cuda.DevicePtr]*cuda.TensorMap
+}
+
+// maxEncodedAddresses bounds the encodings a tensor map keeps: more than a
+// weight rotation's copies (maxRotation).
+const maxEncodedAddresses = 32
+
+// The slot of a parameter (see newPlanBindings): a binding index (>= 0),
+// scalarSlot, or mapSlot(i) for the tensor map maps[i].
+const scalarSlot = -1
+
+func mapSlot(i int) int       { return -2 - i }
+func mapOfSlot(slot int) int  { return -2 - slot }
+func isMapSlot(slot int) bool { return slot <= -2 }
 
 // newPlanBindings indexes the buffer parameters of launches (one parameter
 // list per launch): slots[i][j] is the name index of launch i's parameter
-// j, or -1 for a scalar. A name without a fixed buffer must be supplied by
-// each run with at least ioSizes[name] bytes; one that replaces a fixed
-// buffer must be as large as it.
+// j, scalarSlot for a scalar, or mapSlot(m) for a tensor map over a buffer
+// (maps[m]). A name without a fixed buffer must be supplied by each run
+// with at least ioSizes[name] bytes; one that replaces a fixed buffer must
+// be as large as it.
 func newPlanBindings(launches [][]sdk.Param, fixed map[string]device.Buffer, ioSizes map[string]int64) (*planBindings, [][]int, error) {
 	b := &planBindings{}
 	index := map[string]int{}
@@ -38,7 +69,7 @@ func newPlanBindings(launches [][]sdk.Param, fixed map[string]device.Buffer, ioS
 		slots[i] = make([]int, len(params))
 		for j, prm := range params {
 			if prm.Buffer == "" {
-				slots[i][j] = -1
+				slots[i][j] = scalarSlot
 				continue
 			}
 			k, ok := index[prm.Buffer]
@@ -50,6 +81,10 @@ func newPlanBindings(launches [][]sdk.Param, fixed map[string]device.Buffer, ioS
 				}
 			}
 			slots[i][j] = k
+			if prm.TensorMap != nil {
+				slots[i][j] = mapSlot(len(b.maps))
+				b.maps = append(b.maps, &boundTensorMap{binding: k, offset: prm.Offset, desc: *prm.TensorMap})
+			}
 		}
 	}
 	return b, slots, nil
@@ -107,6 +142,34 @@ func (b *planBindings) resolve(io map[string]device.Buffer) error {
 			}
 		}
 	}
+	return b.encodeMaps()
+}
+
+// encodeMaps gives each tensor map its encoding for this run's address:
+// kept from an earlier run at that address, or encoded now.
+func (b *planBindings) encodeMaps() error {
+	for _, m := range b.maps {
+		addr := b.addr[m.binding] + cuda.DevicePtr(m.offset)
+		if addr == m.addr {
+			continue
+		}
+		if kept, ok := m.earlier[addr]; ok {
+			m.encoded, m.addr = *kept, addr
+			continue
+		}
+		if b.encode == nil {
+			return errdefs.Internal("tensor map over %s: no encoder", b.names[m.binding])
+		}
+		encoded, err := b.encode(m.desc, addr)
+		if err != nil {
+			return fmt.Errorf("io.%s: %w", b.names[m.binding], err)
+		}
+		if m.earlier == nil || len(m.earlier) >= maxEncodedAddresses {
+			m.earlier = map[cuda.DevicePtr]*cuda.TensorMap{}
+		}
+		m.earlier[addr] = &encoded
+		m.encoded, m.addr = encoded, addr
+	}
 	return nil
 }
 
@@ -124,14 +187,18 @@ func (b *planBindings) set(i int, buf device.Buffer) error {
 }
 
 // pack appends params to args in order, buffers from addr at their offsets
-// (slots as newPlanBindings returned them for this launch).
+// and tensor maps as resolve encoded them (slots as newPlanBindings
+// returned them for this launch).
 func (b *planBindings) pack(args *cuda.Args, params []sdk.Param, slots []int) {
 	args.Reset()
 	for j := range params {
 		prm := &params[j]
-		if k := slots[j]; k >= 0 {
+		switch k := slots[j]; {
+		case k >= 0:
 			args.Pointer(b.addr[k] + cuda.DevicePtr(prm.Offset))
-		} else {
+		case isMapSlot(k):
+			args.TensorMap(&b.maps[mapOfSlot(k)].encoded)
+		default:
 			args.Bytes(prm.Scalar, len(prm.Scalar))
 		}
 	}

@@ -1,6 +1,7 @@
 package host
 
 import (
+	bin "encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -107,6 +108,54 @@ func TestPlanBindingsRefuseBadBuffers(t *testing.T) {
 	}
 	_, _, err := newPlanBindings([][]sdk.Param{{sdk.BufferParam("weight")}}, map[string]device.Buffer{"weight": hostBuffer{size: 8}}, nil)
 	assert.ErrorIs(t, err, errdefs.ErrInvalidRequest, "a fixed binding must be GPU memory")
+}
+
+// A tensor-map parameter is packed, 64-byte aligned, as the encoding over
+// its buffer's address at its offset; each address is encoded once however
+// often runs return to it (weight rotation cycles through copies), and an
+// encoding the driver refuses is an error naming the buffer.
+func TestPlanBindingsEncodeTensorMaps(t *testing.T) {
+	desc := cuda.TensorMapDesc{DataType: cuda.TensorU32, Dims: []uint64{64, 8}, Strides: []uint64{256}, Box: []uint32{32, 8}, Swizzle: 128}
+	params := [][]sdk.Param{{{Buffer: "weight", Offset: 32, TensorMap: &desc}, sdk.BufferParam("y"), sdk.Int32Param(5)}}
+	fixed := map[string]device.Buffer{"weight": gpuBuffer{size: 4096, ptr: 0x10000}}
+	b, slots, err := newPlanBindings(params, fixed, map[string]int64{"y": 64})
+	require.NoError(t, err)
+	assert.Equal(t, [][]int{{mapSlot(0), 1, scalarSlot}}, slots)
+	var encoded []cuda.DevicePtr
+	b.encode = func(d cuda.TensorMapDesc, addr cuda.DevicePtr) (cuda.TensorMap, error) {
+		assert.Equal(t, desc, d)
+		encoded = append(encoded, addr)
+		var m cuda.TensorMap
+		bin.LittleEndian.PutUint64(m[:], uint64(addr))
+		m[127] = 0x7E
+		return m, nil
+	}
+	mapAt := func(addr uint64) *cuda.Args {
+		var m cuda.TensorMap
+		bin.LittleEndian.PutUint64(m[:], addr)
+		m[127] = 0x7E
+		return cuda.NewArgs().TensorMap(&m).Uint64(0x30000).Int32(5)
+	}
+	io := map[string]device.Buffer{"y": gpuBuffer{size: 64, ptr: 0x30000}}
+	require.NoError(t, b.resolve(io))
+	assert.Equal(t, mapAt(0x10020), packed(b, params[0], slots[0]))
+	io["weight"] = gpuBuffer{size: 4096, ptr: 0x40000} // a rotated copy
+	require.NoError(t, b.resolve(io))
+	assert.Equal(t, mapAt(0x40020), packed(b, params[0], slots[0]))
+	delete(io, "weight")
+	for range 3 {
+		require.NoError(t, b.resolve(io))
+	}
+	assert.Equal(t, mapAt(0x10020), packed(b, params[0], slots[0]), "the fixed weight's map is back")
+	assert.Equal(t, []cuda.DevicePtr{0x10020, 0x40020}, encoded, "each address is encoded once")
+
+	b.encode = func(cuda.TensorMapDesc, cuda.DevicePtr) (cuda.TensorMap, error) {
+		return cuda.TensorMap{}, errdefs.Invalid("tensor map address", "0x50008", "must be a non-null multiple of 16")
+	}
+	io["weight"] = gpuBuffer{size: 4096, ptr: 0x50000 - 24}
+	err = b.resolve(io)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidRequest)
+	assert.Contains(t, err.Error(), "io.weight")
 }
 
 // A plan launch's shape, shared memory and early start reach the driver's

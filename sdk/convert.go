@@ -1,6 +1,7 @@
 package sdk
 
 import (
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/errdefs"
 	pb "github.com/kcand/kcand/sdk/proto"
@@ -215,7 +216,7 @@ func launchPlanToProto(p *LaunchPlan) *pb.LaunchPlan {
 	for _, l := range p.Launches {
 		pl := &pb.Launch{Module: l.Module, Function: l.Function, Grid: l.Grid[:], Block: l.Block[:], SharedBytes: l.SharedBytes, Programmatic: l.Programmatic}
 		for _, prm := range l.Params {
-			pl.Params = append(pl.Params, &pb.Param{Buffer: prm.Buffer, Offset: prm.Offset, Scalar: prm.Scalar})
+			pl.Params = append(pl.Params, &pb.Param{Buffer: prm.Buffer, Offset: prm.Offset, Scalar: prm.Scalar, TensorMap: tensorMapToProto(prm.TensorMap)})
 		}
 		out.Launches = append(out.Launches, pl)
 	}
@@ -248,10 +249,27 @@ func launchPlanFromProto(p *pb.LaunchPlan) *LaunchPlan {
 		}
 		for _, prm := range l.Params {
 			if prm != nil {
-				launch.Params = append(launch.Params, Param{Buffer: prm.Buffer, Offset: prm.Offset, Scalar: prm.Scalar})
+				launch.Params = append(launch.Params, Param{Buffer: prm.Buffer, Offset: prm.Offset, Scalar: prm.Scalar, TensorMap: tensorMapFromProto(prm.TensorMap)})
 			}
 		}
 		out.Launches = append(out.Launches, launch)
 	}
 	return out
+}
+
+func tensorMapToProto(m *cuda.TensorMapDesc) *pb.TensorMap {
+	if m == nil {
+		return nil
+	}
+	return &pb.TensorMap{Dtype: string(m.DataType), Dims: m.Dims, Strides: m.Strides, Box: m.Box,
+		Swizzle: uint32(m.Swizzle), L2Promotion: uint32(m.L2Promotion)}
+}
+
+// tensorMapFromProto converts without validating (the host validates).
+func tensorMapFromProto(m *pb.TensorMap) *cuda.TensorMapDesc {
+	if m == nil {
+		return nil
+	}
+	return &cuda.TensorMapDesc{DataType: cuda.TensorMapDataType(m.Dtype), Dims: m.Dims, Strides: m.Strides, Box: m.Box,
+		Swizzle: int(m.Swizzle), L2Promotion: int(m.L2Promotion)}
 }

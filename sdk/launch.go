@@ -3,6 +3,8 @@ package sdk
 import (
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/kcand/kcand/cuda"
 )
 
 // ModuleKind is the format of a module image.
@@ -37,6 +39,12 @@ type Param struct {
 	Buffer string
 	Offset int64
 	Scalar []byte
+	// TensorMap, with Buffer, makes the parameter a tensor map (a const
+	// __grid_constant__ CUtensorMap, for Hopper's tensor copies) over the
+	// buffer at Offset instead of a pointer. The host encodes it when it
+	// binds the buffer, so the map always holds the address of the buffer
+	// the run uses; the tensor must lie inside the binding.
+	TensorMap *cuda.TensorMapDesc
 }
 
 // Launch is one kernel launch.
@@ -77,6 +85,10 @@ type Exporter interface {
 
 // BufferParam binds a kernel pointer parameter to a buffer.
 func BufferParam(name string) Param { return Param{Buffer: name} }
+
+// TensorMapParam binds a kernel's CUtensorMap parameter to a view of a
+// buffer (see Param.TensorMap).
+func TensorMapParam(name string, m cuda.TensorMapDesc) Param { return Param{Buffer: name, TensorMap: &m} }
 
 // Int32Param is an immediate int32 parameter.
 func Int32Param(v int32) Param {

@@ -8,7 +8,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
 )
 
 // Bounds on a launch plan, beyond the device's own limits.
@@ -48,8 +50,8 @@ func planError(field string, value any, format string, args ...any) error {
 // the host has, per known), every launch names a module, a function, a
 // grid and block within limits and shared memory within the device's
 // maximum, and every parameter is either a pointer into a binding of
-// bindings (name → size in bytes) at an offset inside it, or an immediate of
-// 1, 2, 4 or 8 bytes. What needs the device (the function exists, its
+// bindings (name → size in bytes) at an offset inside it, a tensor map whose
+// tensor lies inside one, or an immediate of 1, 2, 4 or 8 bytes. What needs the device (the function exists, its
 // parameter sizes, its shared-memory limit) is checked when it is loaded.
 func ValidateLaunchPlan(p *LaunchPlan, known func(hash string) bool, bindings map[string]int64, limits device.Limits) error {
 	if p == nil || len(p.Launches) == 0 {
@@ -130,6 +132,11 @@ func validateLaunch(field string, l Launch, modules map[string]bool, bindings ma
 		switch {
 		case prm.Buffer != "" && len(prm.Scalar) > 0:
 			return planError(pf, prm.Buffer, "both a buffer and a scalar")
+		case prm.TensorMap != nil:
+			if err := validateTensorMap(pf, prm, bindings); err != nil {
+				return err
+			}
+			total = alignUp(total, tensorMapAlign) + len(cuda.TensorMap{})
 		case prm.Buffer != "":
 			size, ok := bindings[prm.Buffer]
 			if !ok {
@@ -149,6 +156,37 @@ func validateLaunch(field string, l Launch, modules map[string]bool, bindings ma
 	}
 	if total > MaxParamBytes {
 		return planError(field+".params", total, "%d bytes of parameters, at most %d", total, MaxParamBytes)
+	}
+	return nil
+}
+
+// tensorMapAlign is a CUtensorMap parameter's alignment.
+const tensorMapAlign = 64
+
+// validateTensorMap checks a tensor-map parameter: a buffer binding, a
+// description the driver takes, a 16-byte aligned offset, and a tensor that
+// lies inside the binding.
+func validateTensorMap(pf string, prm Param, bindings map[string]int64) error {
+	if prm.Buffer == "" {
+		return planError(pf+".buffer", "", "a tensor map needs a buffer to view")
+	}
+	size, ok := bindings[prm.Buffer]
+	if !ok {
+		return planError(pf+".buffer", prm.Buffer, "no such binding (have %s)", bindingNames(bindings))
+	}
+	m := *prm.TensorMap
+	if err := m.Check(pf + ".tensor_map"); err != nil {
+		var fe *errdefs.FieldError
+		if errors.As(err, &fe) {
+			return planError(fe.Field, fe.Value, "%s", fe.Reason)
+		}
+		return err
+	}
+	if prm.Offset < 0 || prm.Offset%16 != 0 {
+		return planError(pf+".offset", prm.Offset, "a tensor map starts on a 16-byte boundary")
+	}
+	if end := prm.Offset + m.Extent(); end > size {
+		return planError(pf+".tensor_map", m.Dims, "reaches byte %d of %s, which has %d", end, prm.Buffer, size)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk/device"
 )
 
@@ -18,7 +19,9 @@ func goodPlan() *LaunchPlan {
 		Modules: []Module{m},
 		Launches: []Launch{{
 			Module: m.Hash, Function: "gemv_q4_g64", Grid: [3]uint32{112, 1, 1}, Block: [3]uint32{256, 1, 1}, SharedBytes: 1024,
-			Params: []Param{BufferParam("x"), BufferParam("weight"), {Buffer: "y", Offset: 64}, Int32Param(4096), {Scalar: []byte{1, 2, 3, 4, 5, 6, 7, 8}}},
+			Params: []Param{BufferParam("x"), BufferParam("weight"), {Buffer: "y", Offset: 64}, Int32Param(4096), {Scalar: []byte{1, 2, 3, 4, 5, 6, 7, 8}},
+				// The whole weight binding as 256 rows of 1024 words.
+				TensorMapParam("weight", cuda.TensorMapDesc{DataType: cuda.TensorU32, Dims: []uint64{1024, 256}, Strides: []uint64{4096}, Box: []uint32{32, 32}, Swizzle: 128})},
 		}},
 	}
 }
@@ -57,6 +60,12 @@ func TestValidateLaunchPlanRejectsEachMalformedKind(t *testing.T) {
 		{"scalar of 3 bytes", func(p *LaunchPlan) { p.Launches[0].Params[3].Scalar = []byte{1, 2, 3} }, "launches[0].params[3].scalar"},
 		{"empty parameter", func(p *LaunchPlan) { p.Launches[0].Params[3].Scalar = nil }, "launches[0].params[3].scalar"},
 		{"buffer and scalar", func(p *LaunchPlan) { p.Launches[0].Params[0].Scalar = []byte{1} }, "launches[0].params[0]"},
+		{"tensor map without a buffer", func(p *LaunchPlan) { p.Launches[0].Params[5].Buffer = "" }, "launches[0].params[5].buffer"},
+		{"tensor map of an unknown buffer", func(p *LaunchPlan) { p.Launches[0].Params[5].Buffer = "secret" }, "launches[0].params[5].buffer"},
+		{"tensor map with a bad box", func(p *LaunchPlan) { p.Launches[0].Params[5].TensorMap.Box[1] = 300 }, "launches[0].params[5].tensor_map.box[1]"},
+		{"tensor map past the buffer's end", func(p *LaunchPlan) { p.Launches[0].Params[5].Offset = 16 }, "launches[0].params[5].tensor_map"},
+		{"tensor map off a 16-byte boundary", func(p *LaunchPlan) { p.Launches[0].Params[5].Offset = 8 }, "launches[0].params[5].offset"},
+		{"tensor map and scalar", func(p *LaunchPlan) { p.Launches[0].Params[5].Scalar = []byte{1} }, "launches[0].params[5]"},
 		{"too many parameters", func(p *LaunchPlan) {
 			for len(p.Launches[0].Params) <= MaxParams {
 				p.Launches[0].Params = append(p.Launches[0].Params, Int32Param(1))
@@ -93,6 +102,8 @@ func TestLaunchPlanSurvivesTheWire(t *testing.T) {
 	back := launchPlanFromProto(launchPlanToProto(p))
 	assert.Equal(t, p, back)
 	assert.Equal(t, []bool{false, true}, []bool{back.Launches[0].Programmatic, back.Launches[1].Programmatic}, "a launch keeps its early start")
+	require.NotNil(t, back.Launches[1].Params[5].TensorMap, "a tensor map crosses the wire")
+	assert.Equal(t, 128, back.Launches[1].Params[5].TensorMap.Swizzle)
 	assert.Nil(t, launchPlanFromProto(nil))
 	stripped := withoutKnownImages(*p, []string{p.Modules[0].Hash})
 	assert.Empty(t, stripped.Modules[0].Image, "a module the host has is sent without its image")

@@ -191,7 +191,8 @@ func Plan(steps ...Step) sdk.LaunchPlan {
 }
 
 // Run launches k on the device's stream with the parameters bound to
-// buffers (the remote path: the plugin executes itself).
+// buffers (the remote path: the plugin executes itself). A tensor-map
+// parameter is encoded over its buffer for this launch.
 func (k *Kernel) Run(l Launch, buffers map[string]device.Buffer) error {
 	args := cuda.NewArgs()
 	for i, p := range l.Params {
@@ -207,7 +208,22 @@ func (k *Kernel) Run(l Launch, buffers map[string]device.Buffer) error {
 		if !ok {
 			return errdefs.Invalid("buffers."+p.Buffer, fmt.Sprintf("%T", b), "not GPU memory")
 		}
-		args.Pointer(cuda.DevicePtr(dm.DevicePointer() + uintptr(p.Offset)))
+		addr := cuda.DevicePtr(dm.DevicePointer() + uintptr(p.Offset))
+		if p.TensorMap == nil {
+			args.Pointer(addr)
+			continue
+		}
+		if err := p.TensorMap.Check(fmt.Sprintf("params[%d].tensor_map", i)); err != nil {
+			return err
+		}
+		if end := p.Offset + p.TensorMap.Extent(); end > b.Size() {
+			return errdefs.Invalid("buffers."+p.Buffer, b.Size(), "parameter %d of %s views %d bytes of it", i, k.Entry, end)
+		}
+		m, err := k.dev.Context().EncodeTensorMap(*p.TensorMap, addr)
+		if err != nil {
+			return fmt.Errorf("parameter %d of %s over %s: %w", i, k.Entry, p.Buffer, err)
+		}
+		args.TensorMap(&m)
 	}
 	return k.fn.Launch(k.dev.Stream(), l.config(), args)
 }

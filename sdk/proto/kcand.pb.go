@@ -995,10 +995,13 @@ func (x *Module) GetImage() []byte {
 
 // A kernel parameter: a pointer into a bound buffer, or immediate bytes.
 type Param struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Buffer        string                 `protobuf:"bytes,1,opt,name=buffer,proto3" json:"buffer,omitempty"`
-	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Scalar        []byte                 `protobuf:"bytes,3,opt,name=scalar,proto3" json:"scalar,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Buffer string                 `protobuf:"bytes,1,opt,name=buffer,proto3" json:"buffer,omitempty"`
+	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Scalar []byte                 `protobuf:"bytes,3,opt,name=scalar,proto3" json:"scalar,omitempty"`
+	// With buffer: a CUtensorMap over the buffer at offset, which the host
+	// encodes when it binds the buffer.
+	TensorMap     *TensorMap `protobuf:"bytes,4,opt,name=tensor_map,json=tensorMap,proto3" json:"tensor_map,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1054,6 +1057,98 @@ func (x *Param) GetScalar() []byte {
 	return nil
 }
 
+func (x *Param) GetTensorMap() *TensorMap {
+	if x != nil {
+		return x.TensorMap
+	}
+	return nil
+}
+
+// A tiled tensor map's description (cuda.TensorMapDesc).
+type TensorMap struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dtype         string                 `protobuf:"bytes,1,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Dims          []uint64               `protobuf:"varint,2,rep,packed,name=dims,proto3" json:"dims,omitempty"`                           // elements, innermost first
+	Strides       []uint64               `protobuf:"varint,3,rep,packed,name=strides,proto3" json:"strides,omitempty"`                     // bytes, for dims[1:]
+	Box           []uint32               `protobuf:"varint,4,rep,packed,name=box,proto3" json:"box,omitempty"`                             // elements per copy
+	Swizzle       uint32                 `protobuf:"varint,5,opt,name=swizzle,proto3" json:"swizzle,omitempty"`                            // bytes: 0, 32, 64, 128
+	L2Promotion   uint32                 `protobuf:"varint,6,opt,name=l2_promotion,json=l2Promotion,proto3" json:"l2_promotion,omitempty"` // bytes: 0, 64, 128, 256
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TensorMap) Reset() {
+	*x = TensorMap{}
+	mi := &file_kcand_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TensorMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TensorMap) ProtoMessage() {}
+
+func (x *TensorMap) ProtoReflect() protoreflect.Message {
+	mi := &file_kcand_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TensorMap.ProtoReflect.Descriptor instead.
+func (*TensorMap) Descriptor() ([]byte, []int) {
+	return file_kcand_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *TensorMap) GetDtype() string {
+	if x != nil {
+		return x.Dtype
+	}
+	return ""
+}
+
+func (x *TensorMap) GetDims() []uint64 {
+	if x != nil {
+		return x.Dims
+	}
+	return nil
+}
+
+func (x *TensorMap) GetStrides() []uint64 {
+	if x != nil {
+		return x.Strides
+	}
+	return nil
+}
+
+func (x *TensorMap) GetBox() []uint32 {
+	if x != nil {
+		return x.Box
+	}
+	return nil
+}
+
+func (x *TensorMap) GetSwizzle() uint32 {
+	if x != nil {
+		return x.Swizzle
+	}
+	return 0
+}
+
+func (x *TensorMap) GetL2Promotion() uint32 {
+	if x != nil {
+		return x.L2Promotion
+	}
+	return 0
+}
+
 type Launch struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Module      string                 `protobuf:"bytes,1,opt,name=module,proto3" json:"module,omitempty"`
@@ -1071,7 +1166,7 @@ type Launch struct {
 
 func (x *Launch) Reset() {
 	*x = Launch{}
-	mi := &file_kcand_proto_msgTypes[14]
+	mi := &file_kcand_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1178,7 @@ func (x *Launch) String() string {
 func (*Launch) ProtoMessage() {}
 
 func (x *Launch) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[14]
+	mi := &file_kcand_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1191,7 @@ func (x *Launch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Launch.ProtoReflect.Descriptor instead.
 func (*Launch) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{14}
+	return file_kcand_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Launch) GetModule() string {
@@ -1158,7 +1253,7 @@ type LaunchPlan struct {
 
 func (x *LaunchPlan) Reset() {
 	*x = LaunchPlan{}
-	mi := &file_kcand_proto_msgTypes[15]
+	mi := &file_kcand_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1265,7 @@ func (x *LaunchPlan) String() string {
 func (*LaunchPlan) ProtoMessage() {}
 
 func (x *LaunchPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[15]
+	mi := &file_kcand_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1278,7 @@ func (x *LaunchPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchPlan.ProtoReflect.Descriptor instead.
 func (*LaunchPlan) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{15}
+	return file_kcand_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LaunchPlan) GetModules() []*Module {
@@ -1210,7 +1305,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_kcand_proto_msgTypes[16]
+	mi := &file_kcand_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1317,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[16]
+	mi := &file_kcand_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1330,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{16}
+	return file_kcand_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecuteRequest) GetPreparedId() string {
@@ -1262,7 +1357,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_kcand_proto_msgTypes[17]
+	mi := &file_kcand_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1369,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[17]
+	mi := &file_kcand_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1382,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{17}
+	return file_kcand_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecuteResponse) GetDeviceUs() float64 {
@@ -1309,7 +1404,7 @@ type BenchmarkRequest struct {
 
 func (x *BenchmarkRequest) Reset() {
 	*x = BenchmarkRequest{}
-	mi := &file_kcand_proto_msgTypes[18]
+	mi := &file_kcand_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1416,7 @@ func (x *BenchmarkRequest) String() string {
 func (*BenchmarkRequest) ProtoMessage() {}
 
 func (x *BenchmarkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[18]
+	mi := &file_kcand_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1429,7 @@ func (x *BenchmarkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BenchmarkRequest.ProtoReflect.Descriptor instead.
 func (*BenchmarkRequest) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{18}
+	return file_kcand_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BenchmarkRequest) GetPreparedId() string {
@@ -1377,7 +1472,7 @@ type BenchmarkResponse struct {
 
 func (x *BenchmarkResponse) Reset() {
 	*x = BenchmarkResponse{}
-	mi := &file_kcand_proto_msgTypes[19]
+	mi := &file_kcand_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1484,7 @@ func (x *BenchmarkResponse) String() string {
 func (*BenchmarkResponse) ProtoMessage() {}
 
 func (x *BenchmarkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[19]
+	mi := &file_kcand_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1497,7 @@ func (x *BenchmarkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BenchmarkResponse.ProtoReflect.Descriptor instead.
 func (*BenchmarkResponse) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{19}
+	return file_kcand_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BenchmarkResponse) GetIterationUs() []float64 {
@@ -1430,7 +1525,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_kcand_proto_msgTypes[20]
+	mi := &file_kcand_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1537,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[20]
+	mi := &file_kcand_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1550,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{20}
+	return file_kcand_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReleaseRequest) GetPreparedId() string {
@@ -1480,7 +1575,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_kcand_proto_msgTypes[21]
+	mi := &file_kcand_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1587,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[21]
+	mi := &file_kcand_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1600,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{21}
+	return file_kcand_proto_rawDescGZIP(), []int{22}
 }
 
 // ErrorDetail travels in a gRPC status so that an error keeps its class and
@@ -1522,7 +1617,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_kcand_proto_msgTypes[22]
+	mi := &file_kcand_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1629,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[22]
+	mi := &file_kcand_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1642,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{22}
+	return file_kcand_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ErrorDetail) GetClass() string {
@@ -1595,7 +1690,7 @@ type OpenChannelRequest struct {
 
 func (x *OpenChannelRequest) Reset() {
 	*x = OpenChannelRequest{}
-	mi := &file_kcand_proto_msgTypes[23]
+	mi := &file_kcand_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1702,7 @@ func (x *OpenChannelRequest) String() string {
 func (*OpenChannelRequest) ProtoMessage() {}
 
 func (x *OpenChannelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[23]
+	mi := &file_kcand_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1715,7 @@ func (x *OpenChannelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenChannelRequest.ProtoReflect.Descriptor instead.
 func (*OpenChannelRequest) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{23}
+	return file_kcand_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OpenChannelRequest) GetPage() *Handle {
@@ -1659,7 +1754,7 @@ type OpenChannelResponse struct {
 
 func (x *OpenChannelResponse) Reset() {
 	*x = OpenChannelResponse{}
-	mi := &file_kcand_proto_msgTypes[24]
+	mi := &file_kcand_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1766,7 @@ func (x *OpenChannelResponse) String() string {
 func (*OpenChannelResponse) ProtoMessage() {}
 
 func (x *OpenChannelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[24]
+	mi := &file_kcand_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1779,7 @@ func (x *OpenChannelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenChannelResponse.ProtoReflect.Descriptor instead.
 func (*OpenChannelResponse) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{24}
+	return file_kcand_proto_rawDescGZIP(), []int{25}
 }
 
 type ChannelResponse struct {
@@ -1699,7 +1794,7 @@ type ChannelResponse struct {
 
 func (x *ChannelResponse) Reset() {
 	*x = ChannelResponse{}
-	mi := &file_kcand_proto_msgTypes[25]
+	mi := &file_kcand_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1806,7 @@ func (x *ChannelResponse) String() string {
 func (*ChannelResponse) ProtoMessage() {}
 
 func (x *ChannelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kcand_proto_msgTypes[25]
+	mi := &file_kcand_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1819,7 @@ func (x *ChannelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChannelResponse.ProtoReflect.Descriptor instead.
 func (*ChannelResponse) Descriptor() ([]byte, []int) {
-	return file_kcand_proto_rawDescGZIP(), []int{25}
+	return file_kcand_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChannelResponse) GetDeviceUs() float64 {
@@ -1844,11 +1939,20 @@ const file_kcand_proto_rawDesc = "" +
 	"\x06Module\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\tR\x04hash\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
-	"\x05image\x18\x03 \x01(\fR\x05image\"O\n" +
+	"\x05image\x18\x03 \x01(\fR\x05image\"\x83\x01\n" +
 	"\x05Param\x12\x16\n" +
 	"\x06buffer\x18\x01 \x01(\tR\x06buffer\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06scalar\x18\x03 \x01(\fR\x06scalar\"\xd6\x01\n" +
+	"\x06scalar\x18\x03 \x01(\fR\x06scalar\x122\n" +
+	"\n" +
+	"tensor_map\x18\x04 \x01(\v2\x13.kcand.v1.TensorMapR\ttensorMap\"\x9e\x01\n" +
+	"\tTensorMap\x12\x14\n" +
+	"\x05dtype\x18\x01 \x01(\tR\x05dtype\x12\x12\n" +
+	"\x04dims\x18\x02 \x03(\x04R\x04dims\x12\x18\n" +
+	"\astrides\x18\x03 \x03(\x04R\astrides\x12\x10\n" +
+	"\x03box\x18\x04 \x03(\rR\x03box\x12\x18\n" +
+	"\aswizzle\x18\x05 \x01(\rR\aswizzle\x12!\n" +
+	"\fl2_promotion\x18\x06 \x01(\rR\vl2Promotion\"\xd6\x01\n" +
 	"\x06Launch\x12\x16\n" +
 	"\x06module\x18\x01 \x01(\tR\x06module\x12\x1a\n" +
 	"\bfunction\x18\x02 \x01(\tR\bfunction\x12\x12\n" +
@@ -1928,7 +2032,7 @@ func file_kcand_proto_rawDescGZIP() []byte {
 	return file_kcand_proto_rawDescData
 }
 
-var file_kcand_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_kcand_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_kcand_proto_goTypes = []any{
 	(*Format)(nil),              // 0: kcand.v1.Format
 	(*Request)(nil),             // 1: kcand.v1.Request
@@ -1944,21 +2048,22 @@ var file_kcand_proto_goTypes = []any{
 	(*PrepareResponse)(nil),     // 11: kcand.v1.PrepareResponse
 	(*Module)(nil),              // 12: kcand.v1.Module
 	(*Param)(nil),               // 13: kcand.v1.Param
-	(*Launch)(nil),              // 14: kcand.v1.Launch
-	(*LaunchPlan)(nil),          // 15: kcand.v1.LaunchPlan
-	(*ExecuteRequest)(nil),      // 16: kcand.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),     // 17: kcand.v1.ExecuteResponse
-	(*BenchmarkRequest)(nil),    // 18: kcand.v1.BenchmarkRequest
-	(*BenchmarkResponse)(nil),   // 19: kcand.v1.BenchmarkResponse
-	(*ReleaseRequest)(nil),      // 20: kcand.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),     // 21: kcand.v1.ReleaseResponse
-	(*ErrorDetail)(nil),         // 22: kcand.v1.ErrorDetail
-	(*OpenChannelRequest)(nil),  // 23: kcand.v1.OpenChannelRequest
-	(*OpenChannelResponse)(nil), // 24: kcand.v1.OpenChannelResponse
-	(*ChannelResponse)(nil),     // 25: kcand.v1.ChannelResponse
-	nil,                         // 26: kcand.v1.PrepareRequest.WeightsEntry
-	nil,                         // 27: kcand.v1.ExecuteRequest.BuffersEntry
-	nil,                         // 28: kcand.v1.BenchmarkRequest.BuffersEntry
+	(*TensorMap)(nil),           // 14: kcand.v1.TensorMap
+	(*Launch)(nil),              // 15: kcand.v1.Launch
+	(*LaunchPlan)(nil),          // 16: kcand.v1.LaunchPlan
+	(*ExecuteRequest)(nil),      // 17: kcand.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),     // 18: kcand.v1.ExecuteResponse
+	(*BenchmarkRequest)(nil),    // 19: kcand.v1.BenchmarkRequest
+	(*BenchmarkResponse)(nil),   // 20: kcand.v1.BenchmarkResponse
+	(*ReleaseRequest)(nil),      // 21: kcand.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),     // 22: kcand.v1.ReleaseResponse
+	(*ErrorDetail)(nil),         // 23: kcand.v1.ErrorDetail
+	(*OpenChannelRequest)(nil),  // 24: kcand.v1.OpenChannelRequest
+	(*OpenChannelResponse)(nil), // 25: kcand.v1.OpenChannelResponse
+	(*ChannelResponse)(nil),     // 26: kcand.v1.ChannelResponse
+	nil,                         // 27: kcand.v1.PrepareRequest.WeightsEntry
+	nil,                         // 28: kcand.v1.ExecuteRequest.BuffersEntry
+	nil,                         // 29: kcand.v1.BenchmarkRequest.BuffersEntry
 }
 var file_kcand_proto_depIdxs = []int32{
 	0,  // 0: kcand.v1.Request.weight:type_name -> kcand.v1.Format
@@ -1968,38 +2073,39 @@ var file_kcand_proto_depIdxs = []int32{
 	8,  // 4: kcand.v1.AdmitResponse.admissions:type_name -> kcand.v1.Admission
 	1,  // 5: kcand.v1.PrepareRequest.request:type_name -> kcand.v1.Request
 	2,  // 6: kcand.v1.PrepareRequest.hardware:type_name -> kcand.v1.Hardware
-	26, // 7: kcand.v1.PrepareRequest.weights:type_name -> kcand.v1.PrepareRequest.WeightsEntry
-	15, // 8: kcand.v1.PrepareResponse.launch:type_name -> kcand.v1.LaunchPlan
-	13, // 9: kcand.v1.Launch.params:type_name -> kcand.v1.Param
-	12, // 10: kcand.v1.LaunchPlan.modules:type_name -> kcand.v1.Module
-	14, // 11: kcand.v1.LaunchPlan.launches:type_name -> kcand.v1.Launch
-	27, // 12: kcand.v1.ExecuteRequest.buffers:type_name -> kcand.v1.ExecuteRequest.BuffersEntry
-	28, // 13: kcand.v1.BenchmarkRequest.buffers:type_name -> kcand.v1.BenchmarkRequest.BuffersEntry
-	3,  // 14: kcand.v1.ReleaseRequest.forget:type_name -> kcand.v1.Handle
-	3,  // 15: kcand.v1.OpenChannelRequest.page:type_name -> kcand.v1.Handle
-	22, // 16: kcand.v1.ChannelResponse.error:type_name -> kcand.v1.ErrorDetail
-	3,  // 17: kcand.v1.PrepareRequest.WeightsEntry.value:type_name -> kcand.v1.Handle
-	3,  // 18: kcand.v1.ExecuteRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
-	3,  // 19: kcand.v1.BenchmarkRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
-	5,  // 20: kcand.v1.Plugin.Describe:input_type -> kcand.v1.DescribeRequest
-	7,  // 21: kcand.v1.Plugin.Admit:input_type -> kcand.v1.AdmitRequest
-	10, // 22: kcand.v1.Plugin.Prepare:input_type -> kcand.v1.PrepareRequest
-	16, // 23: kcand.v1.Plugin.Execute:input_type -> kcand.v1.ExecuteRequest
-	18, // 24: kcand.v1.Plugin.Benchmark:input_type -> kcand.v1.BenchmarkRequest
-	20, // 25: kcand.v1.Plugin.Release:input_type -> kcand.v1.ReleaseRequest
-	23, // 26: kcand.v1.Plugin.OpenChannel:input_type -> kcand.v1.OpenChannelRequest
-	6,  // 27: kcand.v1.Plugin.Describe:output_type -> kcand.v1.DescribeResponse
-	9,  // 28: kcand.v1.Plugin.Admit:output_type -> kcand.v1.AdmitResponse
-	11, // 29: kcand.v1.Plugin.Prepare:output_type -> kcand.v1.PrepareResponse
-	17, // 30: kcand.v1.Plugin.Execute:output_type -> kcand.v1.ExecuteResponse
-	19, // 31: kcand.v1.Plugin.Benchmark:output_type -> kcand.v1.BenchmarkResponse
-	21, // 32: kcand.v1.Plugin.Release:output_type -> kcand.v1.ReleaseResponse
-	24, // 33: kcand.v1.Plugin.OpenChannel:output_type -> kcand.v1.OpenChannelResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	27, // 7: kcand.v1.PrepareRequest.weights:type_name -> kcand.v1.PrepareRequest.WeightsEntry
+	16, // 8: kcand.v1.PrepareResponse.launch:type_name -> kcand.v1.LaunchPlan
+	14, // 9: kcand.v1.Param.tensor_map:type_name -> kcand.v1.TensorMap
+	13, // 10: kcand.v1.Launch.params:type_name -> kcand.v1.Param
+	12, // 11: kcand.v1.LaunchPlan.modules:type_name -> kcand.v1.Module
+	15, // 12: kcand.v1.LaunchPlan.launches:type_name -> kcand.v1.Launch
+	28, // 13: kcand.v1.ExecuteRequest.buffers:type_name -> kcand.v1.ExecuteRequest.BuffersEntry
+	29, // 14: kcand.v1.BenchmarkRequest.buffers:type_name -> kcand.v1.BenchmarkRequest.BuffersEntry
+	3,  // 15: kcand.v1.ReleaseRequest.forget:type_name -> kcand.v1.Handle
+	3,  // 16: kcand.v1.OpenChannelRequest.page:type_name -> kcand.v1.Handle
+	23, // 17: kcand.v1.ChannelResponse.error:type_name -> kcand.v1.ErrorDetail
+	3,  // 18: kcand.v1.PrepareRequest.WeightsEntry.value:type_name -> kcand.v1.Handle
+	3,  // 19: kcand.v1.ExecuteRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
+	3,  // 20: kcand.v1.BenchmarkRequest.BuffersEntry.value:type_name -> kcand.v1.Handle
+	5,  // 21: kcand.v1.Plugin.Describe:input_type -> kcand.v1.DescribeRequest
+	7,  // 22: kcand.v1.Plugin.Admit:input_type -> kcand.v1.AdmitRequest
+	10, // 23: kcand.v1.Plugin.Prepare:input_type -> kcand.v1.PrepareRequest
+	17, // 24: kcand.v1.Plugin.Execute:input_type -> kcand.v1.ExecuteRequest
+	19, // 25: kcand.v1.Plugin.Benchmark:input_type -> kcand.v1.BenchmarkRequest
+	21, // 26: kcand.v1.Plugin.Release:input_type -> kcand.v1.ReleaseRequest
+	24, // 27: kcand.v1.Plugin.OpenChannel:input_type -> kcand.v1.OpenChannelRequest
+	6,  // 28: kcand.v1.Plugin.Describe:output_type -> kcand.v1.DescribeResponse
+	9,  // 29: kcand.v1.Plugin.Admit:output_type -> kcand.v1.AdmitResponse
+	11, // 30: kcand.v1.Plugin.Prepare:output_type -> kcand.v1.PrepareResponse
+	18, // 31: kcand.v1.Plugin.Execute:output_type -> kcand.v1.ExecuteResponse
+	20, // 32: kcand.v1.Plugin.Benchmark:output_type -> kcand.v1.BenchmarkResponse
+	22, // 33: kcand.v1.Plugin.Release:output_type -> kcand.v1.ReleaseResponse
+	25, // 34: kcand.v1.Plugin.OpenChannel:output_type -> kcand.v1.OpenChannelResponse
+	28, // [28:35] is the sub-list for method output_type
+	21, // [21:28] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_kcand_proto_init() }
@@ -2013,7 +2119,7 @@ func file_kcand_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kcand_proto_rawDesc), len(file_kcand_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
