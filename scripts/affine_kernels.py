@@ -4,8 +4,8 @@
     plugins/gemv/kernels/gemv.cu   affine_gemv  (decode, tokens 1..8)
     plugins/qmm/kernels/qmm.cu     affine_qmm   (tensor cores, any token count)
     internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
-    scripts/experimental/bulk.cu   affine_bulk  (experimental 4/8-bit decode fed by a copy
-                                   producer, 1..8 tokens; --kernel bulk only, no plugin serves it)
+    plugins/gemv/kernels/bulk.cu   affine_bulk  (4/8-bit decode fed by tensor copies, 1..8
+                                   tokens; the gemv plugin's gemv/bulk candidate serves it at 1 token)
     plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, int4 g64, 33+ tokens)
 
 Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
@@ -15,7 +15,7 @@ Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
     python3 scripts/affine_kernels.py --only correctness
     python3 scripts/affine_kernels.py --only bench
     python3 scripts/affine_kernels.py --sweep         # also time alternative launch configs
-    python3 scripts/affine_kernels.py --kernel qmm    # one kernel only (gemv|qmm)
+    python3 scripts/affine_kernels.py --kernel qmm    # one kernel only (gemv|qmm|stream|wg|bulk)
     python3 scripts/affine_kernels.py --resources     # ptxas registers/spills per variant
 
 Kernels are compiled with NVRTC exactly as the Go host does (sm_90 cubin, -D
@@ -24,9 +24,9 @@ path is the fallback), cached under ~/.cache/kcand-affine, and launched with
 cupy on torch's current stream. Timing uses CUDA graphs of many launches that
 rotate through several weight copies so the working set exceeds the 60 MB L2.
 
-The functions gemv_config / qmm_config (+ *_launch) below are the variant and
-launch-configuration logic the Go plugins mirror; keep them in sync with the
-comments at the top of each .cu file.
+The functions gemv_config / qmm_config / bulk_config (+ *_launch) below are the
+variant and launch-configuration logic the Go plugins mirror; keep them in sync
+with the comments at the top of each .cu file.
 """
 
 from __future__ import annotations
@@ -47,19 +47,19 @@ ROOT = Path(__file__).resolve().parent.parent
 GEMV_CU = ROOT / "plugins" / "gemv" / "kernels" / "gemv.cu"
 QMM_CU = ROOT / "plugins" / "qmm" / "kernels" / "qmm.cu"
 STREAM_CU = ROOT / "internal" / "affinegpu" / "kernels" / "stream.cu"
-BULK_CU = ROOT / "scripts" / "experimental" / "bulk.cu"   # experimental: --kernel bulk only
+BULK_CU = ROOT / "plugins" / "gemv" / "kernels" / "bulk.cu"   # tensor maps as parameters
 WG_CU = ROOT / "plugins" / "qmm" / "kernels" / "wg.cu"   # sm_90a only
 ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream", WG_CU: "affine_wg",
          BULK_CU: "affine_bulk"}
 KIND_OF = {GEMV_CU: "gemv", QMM_CU: "qmm", STREAM_CU: "stream", WG_CU: "wg", BULK_CU: "bulk"}
 
 SMS = 132                 # H200 streaming multiprocessors (replaced by the device's count)
-KERNELS = ()              # --kernel filter: () = all but the experimental bulk kernel
+KERNELS = ()              # --kernel filter: () = all five
 STREAM_ONLY = False       # --sweep times alternative configs of affine_stream only
 STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB, XT)] replacing the stream sweep
 STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
-BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FEED, PW, CG)] timed with --sweep
-BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes (e.g. BULK_DIAG=1)
+BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FP16)] timed with --sweep
+BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes (e.g. UNR=2)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
 
@@ -209,25 +209,22 @@ BULK_MAX_SMEM = 227 * 1024
 
 def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
                 mt: int | None = None, cw: int = 8, seg: int = 512, ns: int | None = None, bps: int = 1,
-                bulkw: int = 0, pw: int = 1, tma: int | None = None, cg: int = 1, fp16: int | None = None) -> dict | None:
-    """Macros for the experimental affine_bulk (decode, tokens 1..8, 4 or 8 bits), or None when
-    it does not apply. By default its fastest variant on the H200 (bench/NOTES.md, seventh session):
-    2D tensor copies (TMA), 32-row tiles, 8 consumer warps, 512-byte row pieces, 8 stages, and fp16
-    operands with x resident at 4 bits when in_features <= 8192 (beyond, converting x up front
-    costs more than it saves).
+                fp16: int | None = None) -> dict | None:
+    """Macros for affine_bulk (decode, tokens 1..8, 4 or 8 bits), or None when it does not apply.
+    By default its fastest variant on the H200 (bench/NOTES.md, seventh session): 32-row tiles,
+    8 consumer warps, 512-byte row pieces, 8 stages, and fp16 operands with x resident at 4 bits
+    when in_features <= 8192 (beyond, converting x up front costs more than it saves).
 
     seg: packed bytes of each row per stage (U = seg / bytes per group, a
     multiple of 8 from 8 to 64 that divides the row's groups: else half or a
     quarter of it, else twice it). mt: 16-row m-tiles per tile; by
     default 2 unless that leaves a longer last wave of tiles than 1.
-    ns: ring stages, a multiple of cw/cg; by default as many as fit (at most 16;
-    cw halves when not even cw/cg stages fit). bps: resident
+    ns: ring stages, a multiple of cw; by default as many as fit (at most 16;
+    cw halves when not even cw stages fit). bps: resident
     blocks per SM the grid is sized for (the '_BPS' entry, not a macro; a
-    '_GRID' entry caps the grid, so that blocks take many tiles). pw: producer warps of the
-    cp.async feed; bulkw: weight rows by 1D bulk copies; tma: 2D tensor copies (default unless
-    pw or bulkw ask for another feed). cg: consumer warps per stage (NS then a multiple of cw/cg).
+    '_GRID' entry caps the grid, so that blocks take many tiles).
     fp16: fp16 operands, x converted once per block by the consumer warps and kept resident
-    (TMA and 4 bits only). Contradictory settings (also through --bulk-over) give None."""
+    (4 bits only). Contradictory settings (also through --bulk-over) give None."""
     if bits not in (4, 8) or not 1 <= tokens <= 8 or in_f % group or out_f % 8:
         return None
     sms = sms or SMS
@@ -242,26 +239,14 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         t1, t2 = -(-out_f // 16), -(-out_f // 32)
         mt = 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
     cfg = dict(BITS=bits, GROUP=group, MT=mt, CW=cw, U=u, NS=cw, XT=tokens, _BPS=bps)
-    if bulkw:
-        cfg["BULKW"] = 1
-    if pw != 1:
-        cfg["PW"] = pw
-    if cg != 1:
-        cfg["CG"] = cg
-    if tma is None:
-        tma = int(pw == 1 and not bulkw)
-    if tma:
-        cfg["TMA"] = 1
     if fp16 is None:
-        fp16 = int(bool(tma) and bits == 4 and in_f <= 8192)
+        fp16 = int(bits == 4 and in_f <= 8192)
     if fp16:
-        if not tma or bits != 4:
+        if bits != 4:
             return None
         cfg["FP16"] = 1
     cfg.update(BULK_OVER)
-    if cfg.get("TMA") and cfg.get("PW", 1) != 1:
-        return None          # one lane issues every tensor copy
-    if cfg.get("FP16") and (not cfg.get("TMA") or bits != 4):
+    if cfg.get("FP16") and bits != 4:
         return None
 
     def fits(c):   # one block: 227 KiB; several: the SM's 228 KiB, 1 KiB reserved per block
@@ -273,8 +258,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         # fewer consumer warps when not even one round of stages fits
         while True:
             ns = 0
-            step = max(1, cfg["CW"] // cg)
-            for v in range(step, 17, step):
+            for v in range(cfg["CW"], 17, cfg["CW"]):
                 if v >= 2 and fits(dict(cfg, NS=v)):
                     ns = v
             if ns or cfg["CW"] == 1:
@@ -283,34 +267,30 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         if not ns:
             return None
     cfg["NS"] = ns
-    if cfg["CW"] % cg or mt % cg or ns % (cfg["CW"] // cg) or not fits(cfg):
+    if ns % cfg["CW"] or not fits(cfg):
         return None
     return cfg
 
 
 def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
-    """Dynamic shared memory of an affine_bulk launch (in_f: the FP16 variant keeps x resident)."""
+    """Dynamic shared memory of an affine_bulk launch (in_f: the FP16 variant keeps x resident):
+    unpadded swizzled rows, stages on 1024-byte boundaries, +1024 slack (see the kernel)."""
     tr = 16 * cfg["MT"]
-    gbytes = cfg["GROUP"] * cfg["BITS"] // 8
-    wpt = cfg["GROUP"] * cfg["BITS"] // 128
-    seg = cfg["U"] * gbytes
-    wstride = seg + (16 if wpt == 8 else 16 * wpt)
+    seg = cfg["U"] * cfg["GROUP"] * cfg["BITS"] // 8
     xbytes = cfg["XT"] * (2 * cfg["U"] * cfg["GROUP"] + 16)
     ns = cfg["NS"]
-    if cfg.get("TMA"):   # unpadded swizzled rows, stages on 1024-byte boundaries (+1024: slack, see the kernel)
-        fp16 = cfg.get("FP16", 0)
-        stage = -(-(tr * seg + 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
-        resident = cfg["XT"] * (2 * in_f + 16) + 16 * (in_f // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
-        return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns + 1024 + resident
-    stage = tr * wstride + 2 * tr * 2 * cfg["U"] + xbytes
-    return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns
+    fp16 = cfg.get("FP16", 0)
+    stage = -(-(tr * seg + 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
+    resident = cfg["XT"] * (2 * in_f + 16) + 16 * (in_f // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
+    return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns + 1024 + resident
 
 
 def bulk_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
-    """(grid, block, dynamic shared bytes) for affine_bulk: resident blocks that walk the tiles."""
+    """(grid, block, dynamic shared bytes) for affine_bulk: resident blocks that walk the tiles,
+    CW consumer warps and one producer warp."""
     tiles = -(-out_f // (16 * cfg["MT"]))
     grid = (min(tiles, cfg.get("_GRID") or SMS * cfg.get("_BPS", 1)), 1, 1)
-    return grid, (32 * (cfg["CW"] + cfg.get("PW", 1)), 1, 1), bulk_smem_bytes(cfg, in_f)
+    return grid, (32 * (cfg["CW"] + 1), 1, 1), bulk_smem_bytes(cfg, in_f)
 
 
 # Resident blocks per SM each tile is sized for (shared memory / registers).
@@ -683,12 +663,9 @@ def run_kernel(kind, wt, x, tokens, cfg=None):
         path = STREAM_CU
     elif kind == "bulk":
         cfg = cfg or bulk_config(bits, group, tokens, in_f, out_f)
-        grid, block, smem = bulk_launch(cfg, tokens, in_f, out_f)
-        path = BULK_CU
-        if cfg.get("TMA"):
-            y = torch.full((tokens, out_f), -1, dtype=torch.int16, device="cuda")   # 0xFFFF: bf16 NaN
-            bulk_tma_launcher(cfg, wt, x, y, tokens)()
-            return y.view(torch.bfloat16), cfg
+        y = torch.full((tokens, out_f), -1, dtype=torch.int16, device="cuda")   # 0xFFFF: bf16 NaN
+        bulk_tma_launcher(cfg, wt, x, y, tokens)()
+        return y.view(torch.bfloat16), cfg
     else:
         cfg = cfg or qmm_config(bits, group, tokens, in_f, out_f)
         grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
@@ -810,7 +787,7 @@ def run_correctness(quick: bool) -> bool:
                       f"bias={int(bias)}  {detail}  [{extra}]", flush=True)
         del wt
     print(f"correctness: {n_ok}/{n_all} passed ({time.time() - t0:.1f}s)", flush=True)
-    if "bulk" in KERNELS:
+    if not KERNELS or "bulk" in KERNELS:
         return run_bulk_correctness() and n_ok == n_all
     return n_ok == n_all
 
@@ -835,31 +812,31 @@ def bulk_correctness_cases():
                 continue
             t = (1, 3, 8)[ci % 3]
             cases.append((in_f, out_f, b, g, si % 2 == 0, t, {}))
-    cases += [   # cp.async feeds (tma=0), and grids that make blocks take many tiles
-        (4096, 4104, 4, 64, True, 1, dict(_GRID=7, tma=0)),
-        (1024, 3072, 4, 64, False, 2, dict(_GRID=5, mt=1, ns=16, tma=0)),   # one chunk per tile: 16 tiles in flight
-        (1024, 3072, 4, 64, False, 1, dict(_GRID=5, mt=1, ns=16)),
-        (1024, 1032, 8, 32, True, 8, dict(_GRID=3, mt=1, cw=3, ns=6, tma=0)),
-        (8192, 1000, 4, 64, True, 2, dict(mt=1, cw=1, ns=3, seg=256, tma=0)),
-        (2048, 520, 4, 128, False, 1, dict(cw=5, seg=2048, _GRID=11, tma=0)),
+    cases += [   # grids that make blocks take many tiles, few warps and stages, odd warp counts
+        (4096, 4104, 4, 64, True, 1, dict(_GRID=7)),
+        (1024, 3072, 4, 64, False, 1, dict(_GRID=5, mt=1, ns=16)),   # one chunk per tile: 16 tiles in flight
+        (1024, 3072, 4, 64, False, 2, dict(_GRID=5, mt=1, ns=8)),    # 16 stages of 2 token rows do not fit
+        (1024, 1032, 8, 32, True, 8, dict(_GRID=3, mt=1, cw=3, ns=6)),
+        (8192, 1000, 4, 64, True, 2, dict(mt=1, cw=1, ns=3, seg=256)),
+        (2048, 520, 4, 128, False, 1, dict(cw=5, seg=2048, _GRID=11)),
         (8192, 4096, 4, 64, True, 1, dict(mt=4, seg=256, _GRID=20)),
-        (8192, 4104, 4, 64, True, 1, dict(mt=4, seg=256, cg=2, _GRID=11)),
-        (4096, 3080, 4, 64, False, 3, dict(mt=2, cg=2, _GRID=9)),
-        (2048, 1032, 8, 64, True, 2, dict(mt=2, cg=2, tma=0, pw=2)),
+        (8192, 4104, 4, 64, True, 1, dict(mt=4, seg=256, _GRID=11)),
+        (4096, 3080, 4, 64, False, 3, dict(mt=2, _GRID=9)),
+        (2048, 1032, 8, 64, True, 2, dict(mt=2)),
         (8192, 28672, 4, 64, True, 1, dict(fp16=1)),
         (14336, 4096, 4, 64, False, 1, dict(fp16=1)),
         (4096, 4104, 4, 32, True, 3, dict(fp16=1, _GRID=7)),
         (2048, 1000, 4, 128, False, 8, dict(fp16=1, cw=4)),
         (1024, 3072, 4, 64, True, 5, dict(fp16=1, mt=1, _GRID=5)),
-        (8192, 2056, 4, 64, True, 1, dict(pw=2, _GRID=9)),
-        (4096, 1032, 4, 32, False, 4, dict(pw=4, mt=1, _GRID=13)),
-        (3072, 776, 8, 64, True, 1, dict(pw=3, bulkw=1, seg=1024)),
-        (5120, 2048, 4, 64, False, 1, dict(bulkw=1, seg=1024)),
-        (8192, 28672, 4, 64, True, 1, dict(tma=1)),
-        (14336, 4096, 4, 64, False, 1, dict(tma=1)),
-        (8192, 1000, 4, 64, True, 3, dict(tma=1, mt=2, _GRID=5)),
-        (4096, 1032, 8, 32, False, 2, dict(tma=1, mt=1)),
-        (2048, 776, 4, 128, True, 8, dict(tma=1, cw=4, seg=1024)),
+        (8192, 2056, 4, 64, True, 1, dict(_GRID=9)),
+        (4096, 1032, 4, 32, False, 4, dict(mt=1, _GRID=13)),
+        (3072, 776, 8, 64, True, 1, dict(seg=1024)),
+        (5120, 2048, 4, 64, False, 1, dict(seg=1024)),
+        (8192, 28672, 4, 64, True, 1, {}),
+        (14336, 4096, 4, 64, False, 1, {}),
+        (8192, 1000, 4, 64, True, 3, dict(mt=2, _GRID=5)),
+        (4096, 1032, 8, 32, False, 2, dict(mt=1)),
+        (2048, 776, 4, 128, True, 8, dict(cw=4, seg=1024)),
     ]
     return cases
 
@@ -957,11 +934,8 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
         grid, block, smem = stream_launch(cfg, tokens, in_f, out_f)
         path = STREAM_CU
     elif kind == "bulk":
-        grid, block, smem = bulk_launch(cfg, tokens, in_f, out_f)
-        path = BULK_CU
-        if cfg.get("TMA"):
-            y = torch.empty((tokens, out_f), dtype=torch.bfloat16, device="cuda")
-            return time_launches([bulk_tma_launcher(cfg, wt, x, y, tokens, w, s, b) for (w, s, b) in copies])
+        y = torch.empty((tokens, out_f), dtype=torch.bfloat16, device="cuda")
+        return time_launches([bulk_tma_launcher(cfg, wt, x, y, tokens, w, s, b) for (w, s, b) in copies])
     elif kind == "wg":
         y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
         keep, fns = [], []
@@ -996,7 +970,7 @@ def run_bench(quick: bool, sweep: bool):
                 variants.append((GEMV_CU, gemv_config(bits, group, t, in_f, out_f)))
             if stream_config(bits, group, t, in_f, out_f):
                 variants.append((STREAM_CU, stream_config(bits, group, t, in_f, out_f)))
-            if "bulk" in KERNELS and bulk_config(bits, group, t, in_f, out_f):
+            if bulk_config(bits, group, t, in_f, out_f):
                 variants.append((BULK_CU, bulk_config(bits, group, t, in_f, out_f)))
             if wg_serves(t, in_f):
                 variants.append((WG_CU, wg_choose(t, out_f, in_f=in_f)))
@@ -1027,7 +1001,7 @@ def run_bench(quick: bool, sweep: bool):
             rows.append(("qmm", qmm_config(bits, group, t, in_f, out_f), True))
             if stream_config(bits, group, t, in_f, out_f):
                 rows.append(("stream", stream_config(bits, group, t, in_f, out_f), True))
-            if "bulk" in KERNELS and bulk_config(bits, group, t, in_f, out_f):
+            if bulk_config(bits, group, t, in_f, out_f):
                 rows.append(("bulk", bulk_config(bits, group, t, in_f, out_f), True))
             if wg_serves(t, in_f):
                 rows.append(("wg", wg_choose(t, out_f, in_f=in_f), True))
@@ -1110,11 +1084,11 @@ def sweep_configs(bits, group, t, in_f, out_f):
                             c.pop("MINB", None)
                         if c and c != sbase and stream_smem_bytes(c) * minb <= 227 * 1024:
                             out.append(("stream", STREAM_CU, c))
-    if BULK_CONFIGS and "bulk" in KERNELS and bulk_config(bits, group, t, in_f, out_f):
-        bbase = bulk_config(bits, group, t, in_f, out_f)
-        for mt, cw, seg, ns, bps, feed, pw, cg in BULK_CONFIGS:
+    bbase = bulk_config(bits, group, t, in_f, out_f)
+    if BULK_CONFIGS and bbase:
+        for mt, cw, seg, ns, bps, fp16 in BULK_CONFIGS:
             c = bulk_config(bits, group, t, in_f, out_f, mt=mt or None, cw=cw, seg=seg, ns=ns or None, bps=bps,
-                            bulkw=int(feed == 1), pw=pw, tma=int(feed >= 2), cg=cg, fp16=int(feed == 3))
+                            fp16=None if fp16 < 0 else fp16)
             if c and c != bbase:
                 out.append(("bulk", BULK_CU, c))
     if STREAM_ONLY:
@@ -1333,8 +1307,8 @@ class TensorMap:
 
 
 def bulk_tma_launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
-    """A callable that launches the TMA variant of affine_bulk (tensor maps for the weights, scales
-    and biases: UINT32 words with 128-byte swizzle, UINT16 boxes of [TR][U])."""
+    """A callable that launches affine_bulk (tensor maps for the weights, scales and biases:
+    UINT32 words with 128-byte swizzle, UINT16 boxes of [TR][U]; as the kernel's header says)."""
     import numpy as np
     w = wt.w if w is None else w
     scales = wt.scales if scales is None else scales
@@ -1511,10 +1485,9 @@ def main():
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB[:XT]],... (XT -1: x through the ring) "
                     "timed instead of the built-in stream sweep")
-    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FEED[:PW[:CG]]]],... (FEED 0 cp.async from PW warps, 1 bulk copy per row, "
-                    "2 TMA tensor maps, 3 TMA and fp16 operands; default 2) "
-                    "(MT 0 / NS 0: the rule's choice)")
-    ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. BULK_DIAG=1)")
+    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FP16]],... "
+                    "(MT 0 / NS 0: the rule's choice; BPS default 1; FP16 0 off, 1 on, -1 or absent the rule's choice)")
+    ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. UNR=2)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS]]]],... (default WG_CONFIGS)")
@@ -1534,9 +1507,9 @@ def main():
                           for c in args.stream_configs.split(",")]
     if args.bulk_configs:
         global BULK_CONFIGS
-        if any(len(c.split(":")) < 4 for c in args.bulk_configs.split(",")):
-            ap.error("--bulk-configs entries need at least MT:CW:SEG:NS")
-        BULK_CONFIGS = [tuple(int(v) for v in (c.split(":") + ["1", "2", "1", "1"][len(c.split(":")) - 4:])[:8])
+        if any(not 4 <= len(c.split(":")) <= 6 for c in args.bulk_configs.split(",")):
+            ap.error("--bulk-configs entries are MT:CW:SEG:NS[:BPS[:FP16]]")
+        BULK_CONFIGS = [tuple(int(v) for v in c.split(":") + ["1", "-1"][len(c.split(":")) - 4:])
                         for c in args.bulk_configs.split(",")]
     if args.bulk_over:
         BULK_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.bulk_over.split(","))})

@@ -28,7 +28,7 @@ func Admit(req sdk.Request, hw device.Profile) (bool, string) {
 	if req.OutFeatures%8 != 0 {
 		return false, fmt.Sprintf("out_features=%d is not a multiple of 8", req.OutFeatures)
 	}
-	if major := ccMajor(hw.ComputeCapability); major < 8 {
+	if major := ComputeMajor(hw.ComputeCapability); major < 8 {
 		return false, fmt.Sprintf("needs compute capability 8.0 or newer, the GPU has %s", hw.ComputeCapability)
 	}
 	return true, ""
@@ -46,7 +46,9 @@ func AdmitCUDA(req sdk.Request, hw device.Profile) string {
 	return ""
 }
 
-func ccMajor(cc string) int {
+// ComputeMajor is the major number of a compute capability such as "9.0"
+// (0 when it cannot be read).
+func ComputeMajor(cc string) int {
 	head, _, _ := strings.Cut(cc, ".")
 	v, err := strconv.Atoi(head)
 	if err != nil {

@@ -25,3 +25,9 @@ func TestVariantsCompile(t *testing.T) {
 func TestTensorCoreVariantsCompile(t *testing.T) {
 	plugintest.CompileVariants(t, gpukernel.Source{Name: sourceName, Code: kernelSource}, tensorCoreChoice)
 }
+
+// TestBulkVariantsCompile compiles every variant gemv/bulk would choose
+// for the GPU test shapes (NVRTC 12 or newer: tensor copies are PTX ISA 8.0).
+func TestBulkVariantsCompile(t *testing.T) {
+	plugintest.CompileVariants(t, bulkSource, bulkChoice)
+}

@@ -2,9 +2,11 @@
 // 8 tokens that reads each weight once and folds the group bias into a
 // per-group sum of the input. On a GPU it runs kernels/gemv.cu, compiled by
 // NVRTC per variant and exported for the host to launch; on the CPU device,
-// a Go version of the same method. A second candidate, gemv/tensor-core,
-// streams 4- and 8-bit weights through the tensor cores (GPU only); the
-// host times both and keeps the faster per shape.
+// a Go version of the same method. Two more candidates run on the GPU only:
+// gemv/tensor-core streams 4- and 8-bit weights through the tensor cores,
+// and gemv/bulk (one token, Hopper) feeds the same arithmetic with tensor
+// copies from a producer warp. The host times them all and keeps the
+// fastest per shape.
 package main
 
 import (
@@ -68,5 +70,5 @@ func (gemv) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk
 }
 
 func main() {
-	sdk.Serve(sdk.Options{Name: "gemv", Version: version}, gemv{}, gemvTensorCore{})
+	sdk.Serve(sdk.Options{Name: "gemv", Version: version}, gemv{}, gemvTensorCore{}, gemvBulk{})
 }

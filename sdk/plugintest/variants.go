@@ -18,6 +18,10 @@ type Choice struct {
 	Variant     gpukernel.Variant
 	Grid, Block [3]uint32
 	SharedBytes uint32
+	// MinNVRTC is the NVRTC major version the source needs, when its inline
+	// PTX is newer than what older compilers assemble (12 for the PTX ISA
+	// 8.0 tensor copies); CompileVariants skips it with older ones.
+	MinNVRTC int
 }
 
 // h100Limits are the launch limits of an H100/H200 (132 SMs, 227 KiB of
@@ -62,6 +66,11 @@ func CompileVariants(t *testing.T, src gpukernel.Source, choose func(req sdk.Req
 			tooOld++
 			continue
 		}
+		if major := nvrtcMajor(comp.Version()); major < c.MinNVRTC {
+			t.Logf("%s: %s not compiled: its PTX needs NVRTC %d.0 or newer, this is %s", req.Key(), name, c.MinNVRTC, comp.Version())
+			tooOld++
+			continue
+		}
 		target := cuda.ComputeCapability{Major: compileTargetMaj, Minor: 0}.Target(c.Variant.ArchSpecific)
 		out, err := comp.Compile(cuda.Source{Name: vs.Name, Code: vs.Code, Options: gpukernel.Options(c.Variant)}, target)
 		if err != nil {
@@ -72,7 +81,7 @@ func CompileVariants(t *testing.T, src gpukernel.Source, choose func(req sdk.Req
 		t.Logf("%s: %s compiled (%d bytes, %s)", req.Key(), name, len(out.Image), out.Format)
 	}
 	if compiled == 0 && tooOld > 0 {
-		t.Skipf("NVRTC %s cannot compile any of the %d sm_90a variants", comp.Version(), tooOld)
+		t.Skipf("NVRTC %s cannot compile any of the %d variants (sm_90a, or PTX newer than it knows)", comp.Version(), tooOld)
 	}
 }
 

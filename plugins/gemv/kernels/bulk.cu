@@ -1,24 +1,26 @@
-// bulk.cu (EXPERIMENTAL; no plugin serves it): a decode kernel for the
-// affine family (MLX affine-quantised weights) in which copying and
-// computing are separate warps. Producer warps keep a block-wide ring of
-// shared-memory stages full; consumer warps only compute. The arithmetic is
-// the stream kernel's (internal/affinegpu/kernels/stream.cu): mma.sync
-// m16n8k16 with the weights as A, unpacked in registers, x as B, and the
-// group's scale and bias folded in from the accumulator and an x-sum mma;
-// or (FP16) fp16 operands, below.
+// bulk.cu: decode kernel for the affine family (MLX affine-quantised
+// weights) in which copying and computing are separate warps. One producer
+// warp keeps a block-wide ring of shared-memory stages full with tensor
+// copies (TMA); the consumer warps only compute. The gemv plugin serves it
+// as its gemv/bulk candidate at 1 token, the only count that candidate
+// admits; the kernel is correct for 1..8 tokens (scripts/affine_kernels.py
+// tests them).
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/g] * q[o][i] + biases[o][i/g])  (+ bias[o])
 //
-// Status (bench/NOTES.md, seventh session, H200, 1 token, int4 g64): the
-// TMA feed moves the weights at 4.14 TB/s when the consumers skip the
-// math. At 8192->28672 the bf16 math alone takes 31.6 us and the kernel
-// 40.2 us; with FP16 27.8 and 37.8 us (2.87x the bf16 anchor, 3.50 TB/s;
-// the stream kernel 42.5 us). FP16 is slower where in_features is large
-// (14336, 28672): every block converts the whole of x before it starts.
-// It is kept for the harness (scripts/affine_kernels.py --kernel bulk) as
-// the base of the next attempt at the decode target; see NOTES.
+// The arithmetic is the stream kernel's (internal/affinegpu/kernels/stream.cu):
+// mma.sync m16n8k16 with the weights as A, unpacked in registers, x as B,
+// and the group's scale and bias folded in from the accumulator and an
+// x-sum mma; or (FP16) fp16 operands, below.
 //
-// FP16 (TMA, 4 bits): the consumer warps first convert x, once per block,
+// Status (bench/NOTES.md, seventh session, H200, 1 token, int4 g64): the
+// copies alone move the weights at 4.14 TB/s. At 8192->28672 the kernel
+// takes 37.8 us with FP16 (2.87x the bf16 anchor, 3.50 TB/s) and 40.2 us
+// without; the stream kernel takes 42.5 us. FP16 is slower where
+// in_features is large (14336, 28672): every block converts the whole of
+// x before it starts.
+//
+// FP16 (4 bits): the consumer warps first convert x, once per block,
 // into shared memory that stays resident: per (token, group) sigma = the
 // smallest power of two >= max|x|, and every 8 values x0..x7 become the
 // fp16 pairs (x0, x4), (x1/16, x5/16), (x2, x6), (x3/16, x7/16), divided
@@ -35,85 +37,103 @@
 //   acc += s*sigma*t - s*(1024E + 64O) + b*(E + O),
 // so no x-sum mma and no x permutes remain in the loop.
 //
-// Compiled at run time by NVRTC (sm_90: cp.async.bulk, tensor copies and
-// mbarrier transaction counts; no #include: bf16 travels as unsigned
-// short). NVRTC options: -arch=sm_90 -std=c++17 plus the -D macros below.
+// Compiled at run time by NVRTC for sm_90 (cp.async.bulk, tensor copies
+// and mbarrier transaction counts). The file compiles standalone: no
+// #include (bf16 travels as unsigned short). NVRTC options: -arch=sm_90
+// -std=c++17 plus the -D macros below. Entry point is extern "C"
+// (unmangled).
 //
 // ENTRY POINT
 //   extern "C" __global__ void affine_bulk(
+//       const __grid_constant__ kc_tmap wmap,  // tensor map of the weights
+//       const __grid_constant__ kc_tmap smap,  // tensor map of the scales
+//       const __grid_constant__ kc_tmap bmap,  // tensor map of the biases
 //       const unsigned short* x,       // bf16 [tokens][in_features]
-//       const unsigned int*   weight,  // uint32 [out_features][in_features*BITS/32]
-//       const unsigned short* scales,  // bf16 [out_features][in_features/GROUP]
-//       const unsigned short* biases,  // bf16 [out_features][in_features/GROUP]
 //       const unsigned short* bias,    // bf16 [out_features], or 0 (null) for none
 //       unsigned short*       y,       // bf16 [tokens][out_features]
 //       int tokens, int in_features, int out_features)
-//   With TMA=1 the first four become three CUtensorMaps passed by value
-//   (__grid_constant__): (wmap, smap, bmap, x, bias, y, tokens, in, out);
-//   wmap: UINT32 words [out][in*BITS/32], box [TR rows][32 words], 128-byte
-//   swizzle; smap and bmap: UINT16 [out][in/GROUP], box [TR][U], no swizzle
-//   (the harness's bulk_tma_launcher encodes them).
-//   Buffers must be 16-byte aligned; out_features % 8 == 0; 1 <= tokens <= XT;
-//   in_features % (U*GROUP) == 0 (every copy is whole 16-byte pieces).
+//   kc_tmap is a CUtensorMap (128 bytes, 64-byte aligned) passed by value:
+//   the maps sit at parameter offsets 0, 128 and 256, x at 384. Each is
+//   made by cuTensorMapEncodeTiled, rank 2, dims and box innermost first,
+//   element strides {1, 1}:
+//     wmap  the weights, uint32 [out_features][in_features*BITS/32]:
+//           CU_TENSOR_MAP_DATA_TYPE_UINT32, dims {in*BITS/32, out}, row
+//           stride in*BITS/8 bytes, box {32 words, TR rows},
+//           CU_TENSOR_MAP_SWIZZLE_128B
+//     smap  the scales, bf16 [out_features][in_features/GROUP]:
+//           CU_TENSOR_MAP_DATA_TYPE_UINT16, dims {in/GROUP, out}, row stride
+//           in/GROUP*2 bytes, box {U, TR}, CU_TENSOR_MAP_SWIZZLE_NONE
+//     bmap  the biases, bf16 [out_features][in_features/GROUP]: as smap
+//   and for all three CU_TENSOR_MAP_INTERLEAVE_NONE,
+//   CU_TENSOR_MAP_L2_PROMOTION_L2_128B (what was measured; it affects
+//   speed only) and CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: rows past
+//   out_features arrive as zeros.
+//   Buffers must be 16-byte aligned (tensor maps and bulk copies need it);
+//   out_features % 8 == 0; 1 <= tokens <= XT; in_features % (U*GROUP) == 0
+//   (every copy is whole 16-byte pieces, and so are the row strides).
 //
-// MACROS (-D)
+// MACROS (-D, all required unless a default is given)
 //   BITS   4 or 8               GROUP  32, 64 or 128
 //   MT     16-row m-tiles per tile (1, 2 or 4): a tile is TR = 16*MT rows
-//   CW     consumer warps per block (1..8)
-//   CG     consumer warps per stage (default 1; divides CW and MT): the
-//          CW/CG groups take stages in turn, each warp of a group MT/CG of
-//          the stage's m-tiles
-//   U      groups per stage, a multiple of 8 (scales move in 16-byte
-//          pieces): a stage holds SEG = U*GROUP*BITS/8 bytes of each of
-//          the tile's rows
-//   NS     stages in the ring (2..16), a multiple of CW/CG: group j then
-//          owns slots j, j+CW/CG, ..., so the stage a consumer waits for
+//   CW     consumer warps per block (1..8); each takes whole stages
+//   U      groups per stage, a multiple of 8 up to 64 (scales move in
+//          16-byte pieces): a stage holds SEG = U*GROUP*BITS/8 bytes of
+//          each of the tile's rows, whole 128-byte swizzled lines
+//   NS     stages in the ring (2..16), a multiple of CW: consumer warp j
+//          then owns slots j, j+CW, ..., so the stage a warp waits for
 //          always follows one it consumed itself in the same slot (a
 //          parity wait cannot tell the phase it wants from the one before;
 //          with NS < CW a warp passed its first wait before any data came)
 //   XT     token rows of x a stage holds (1..8); the host passes the
 //          token count
-//   The feed (default: cp.async from one producer warp):
-//   PW     producer warps (cp.async feed): every lane copies 16-byte
-//          pieces, consecutive lanes along a row, and arrives on the
-//          stage's full barrier once its copies have landed
-//   BULKW  1: weight rows by one 1D bulk copy each (cp.async.bulk), the
-//          rest by cp.async
-//   TMA    1: one lane issues SEG/128 2D tensor copies of the weights, one
-//          each of scales and biases, and one 1D bulk copy per token row
-//          of x; rows past the end arrive as zeros (never stored)
-//   FP16   1: fp16 operands, x converted once per block and resident (TMA
-//          and 4 bits only; shared memory grows by XT*(2*in+16) +
-//          16*XT*in/GROUP bytes)
+//   FP16   1: fp16 operands, x converted once per block and resident (4
+//          bits only; default 0): see "FP16" above
 //   UNR    groups unrolled together in the consumer loop (default 4: 2 and
 //          16 were slower)
-//   BULK_DIAG  timing diagnostics: 1 consumers skip the math, 2 producers
-//          skip the copies, 3 no x-sum mma (wrong results)
 //   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
 //          where it is stuck and traps, so a hang becomes a launch error
 //
-// LAUNCH (scripts/affine_kernels.py bulk_config / bulk_launch)
-//   block = 32*(CW+PW) threads; grid = (min(tiles, blocks per SM * SMs), 1, 1)
-//   with tiles = ceil(out/TR): blocks stay resident and take tiles
-//   blockIdx.x, blockIdx.x + gridDim.x, ...
-//   dynamic shared memory = NS*STAGE + NS*4*8*TR + 16*ceil(4*NS/16) + 16*NS
-//   (+ 1024 with TMA, slack: see the alignment note in the kernel; + the
-//   resident x with FP16), with
-//     WSTRIDE = SEG + (WPT == 8 ? 16 : 16*WPT), WPT = GROUP*BITS/128,
-//     SSTRIDE = 2*U, XSTRIDE = 2*U*GROUP + 16,
-//     STAGE = TR*WSTRIDE + 2*TR*SSTRIDE + XT*XSTRIDE, or with TMA
-//     STAGE = roundup(TR*SEG + 2*TR*SSTRIDE + XT*XSTRIDE, 1024) (no x with FP16)
+// LAUNCH (scripts/affine_kernels.py bulk_config / bulk_launch; the Go side
+// mirrors them)
+//   block = 32*(CW+1) threads: CW consumer warps, then the producer warp
+//   grid = (min(tiles, BPS*SMs), 1, 1) with tiles = ceil(out/TR) and BPS the
+//   resident blocks per SM the variant is sized for (1 unless asked):
+//   blocks stay resident and take tiles blockIdx.x, blockIdx.x + gridDim.x,
+//   ..., so any grid >= 1 is correct.
+//   dynamic shared memory bytes (raise the function's maximum dynamic
+//   shared size to it) =
+//       NS*STAGE + NS*4*8*TR + 16*ceil(4*NS/16) + 16*NS + 1024
+//     + (FP16 ? XT*(2*in+16) + 16*XT*(in/GROUP) : 0)
+//   with STAGE = roundup(TR*SEG + 4*TR*U + (FP16 ? 0 : XT*(2*U*GROUP+16)), 1024).
+//   The 1024 is slack for the stages' alignment (see the note in the
+//   kernel); the FP16 term is the resident x and its per-group constants.
+//
+// VARIANT CHOICE (scripts/affine_kernels.py: bulk_config)
+//   Served when BITS is 4 or 8, 1 <= tokens <= 8, in % GROUP == 0 and
+//   out % 8 == 0. U: with want = max(8, floor(512/(GROUP*BITS/8)/8)*8)
+//   (512-byte row pieces), the first of want, want/2, want/4, 2*want that
+//   is a multiple of 8 from 8 to 64 and divides in/GROUP (none: not
+//   served). MT = 2 if ceil(ceil(out/32)/G)*2 <= ceil(ceil(out/16)/G) with
+//   G = BPS*SMs, else 1. CW = 8; XT = tokens; FP16 = 1 when BITS == 4 and
+//   in <= 8192. NS: the largest multiple of CW from 2 to 16 whose shared
+//   memory is at most 227 KiB (with BPS > 1 also (bytes+1024)*BPS <=
+//   228 KiB); when none fits, CW halves and the search repeats (none at
+//   CW = 1: not served).
 //
 // METHOD
 //   A block walks its tiles in order, each in NCH = in/(U*GROUP) chunks of
 //   U groups; chunk c of the block's k-th tile is stage number
-//   i = k*NCH + c, held in ring slot i % NS and consumed by group i % (CW/CG).
-//   The producers fill a slot once its previous use is released; rows
-//   past the end repeat row out-1 (cp.async feeds) or arrive as zeros
-//   (TMA), and are never stored.
+//   i = k*NCH + c, held in ring slot i % NS and consumed by warp i % CW.
+//   Lane 0 of the producer warp fills a slot once its previous use is
+//   released: SEG/128 weight boxes of [TR rows][128 bytes], the scale and
+//   bias boxes, and (without FP16) x by one bulk copy per token row, all
+//   counted in bytes on the slot's full barrier. The weights land 128-byte
+//   swizzled (16-byte chunk c of row r at chunk c ^ (r % 8)), so fragment
+//   reads hit distinct banks without padding. Rows past the end arrive as
+//   zeros and are never stored.
 //   A consumer adds its chunk's partial sums for the tile into a
 //   shared-memory accumulator (one per tile in flight, NS of them) and
-//   counts its share in; the warp that counts the tile's last share rounds
+//   counts its chunk in; the warp that counts the tile's last chunk rounds
 //   the sums to bf16 (RNE), stores them, clears the accumulator and only
 //   then releases its slot. A slot is refilled only after its previous
 //   stage is released, so an accumulator is cleared before any chunk of
@@ -132,47 +152,25 @@ typedef unsigned short u16;
 #if GROUP != 32 && GROUP != 64 && GROUP != 128
 #error "GROUP must be 32, 64 or 128"
 #endif
-#ifndef CG
-#define CG 1      // consumer warps per stage, each taking MT/CG of its m-tiles
-#endif
 #if (MT != 1 && MT != 2 && MT != 4) || CW < 1 || CW > 8
 #error "need MT in {1,2,4} and 1 <= CW <= 8"
-#endif
-#if CW % CG != 0 || MT % CG != 0
-#error "CG must divide CW and MT"
 #endif
 #if U < 8 || U % 8 != 0 || U > 64
 #error "U must be a multiple of 8, at most 64"
 #endif
-#if NS < 2 || NS > 16 || NS % (CW / CG) != 0
-#error "NS must be 2..16 and a multiple of CW/CG"
-#endif
-#ifndef PW
-#define PW 1      // producer warps
-#endif
-#ifndef TMA
-#define TMA 0     // 1: weights, scales and biases by 2D tensor copies (tensor maps as parameters)
-#endif
-#if TMA && PW != 1
-#error "TMA needs PW=1 (one lane issues every copy)"
+#if NS < 2 || NS > 16 || NS % CW != 0
+#error "NS must be 2..16 and a multiple of CW"
 #endif
 #ifndef FP16
-#define FP16 0    // 1: fp16 operands and resident x (TMA, 4 bits): see "FP16" at the top
+#define FP16 0    // 1: fp16 operands and resident x (4 bits): see "FP16" at the top
 #endif
-#if FP16 && (!TMA || BITS != 4)
-#error "FP16 needs TMA=1 and BITS=4"
+#if FP16 && BITS != 4
+#error "FP16 needs BITS=4"
 #endif
 #ifndef UNR
 #define UNR 4     // groups of a stage unrolled together in the consumer loop
 #endif
 constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, not a macro
-#ifndef BULKW
-#define BULKW 0   // 1: weight rows by one bulk copy each instead of cp.async pieces
-#endif
-#ifndef BULK_DIAG
-#define BULK_DIAG 0   // timing diagnostics: 1 consumers skip the math, 2 the producers skip the copies,
-                      // 3 no x-sum mma (wrong results)
-#endif
 #if XT < 1 || XT > 8
 #error "XT must be 1..8"
 #endif
@@ -187,37 +185,26 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #endif
 
 #define TR (16 * MT)                         // rows per tile
-#define MW (MT / CG)                         // m-tiles per consumer warp
 #define GBYTES (GROUP * BITS / 8)            // packed bytes per row and group
 #define SEG (U * GBYTES)                     // packed bytes per row and stage
-#if TMA && SEG % 128 != 0
-#error "TMA needs SEG a multiple of 128 (whole swizzled lines)"
+#if SEG % 128 != 0
+#error "SEG must be a multiple of 128 (whole swizzled lines)"
 #endif
-#define WSTRIDE (SEG + (WPT == 8 ? 16 : 16 * WPT))   // padding: fragment reads hit distinct banks
 #define SSTRIDE (2 * U)                      // scale bytes per row and stage
 #define XSEG (U * GROUP * 2)                 // x bytes per token and stage
 #define XSTRIDE (XSEG + 16)
-#if TMA
 // Weights land as SEG/128 boxes of [TR rows][128 bytes], 128-byte swizzled
 // (16-byte chunk c of row r at chunk c ^ (r % 8)), so fragment reads hit
 // distinct banks without padding; a stage starts on a 1024-byte boundary.
 #define SOFF (TR * SEG)                      // scales, then biases
 #define XOFF (SOFF + 2 * TR * SSTRIDE)
 #define STAGE ((XOFF + (FP16 ? 0 : XT * XSTRIDE) + 1023) / 1024 * 1024)   // FP16: x is resident, not staged
-#else
-#define SOFF (TR * WSTRIDE)                  // scales, then biases
-#define XOFF (SOFF + 2 * TR * SSTRIDE)
-#define STAGE (XOFF + XT * XSTRIDE)
-#endif
 #define RED_FLOATS (8 * TR)                  // one tile's sums: [8 tokens][TR rows]
 #define RED_OFF (NS * STAGE)
 #define CNT_OFF (RED_OFF + NS * 4 * RED_FLOATS)
 #define BAR_OFF (CNT_OFF + ((4 * NS + 15) / 16) * 16)
 #define SMEM_BYTES (BAR_OFF + 16 * NS)   // FP16: then the resident x (XT rows of 2*in+16 bytes) and its
                                           // per-group constants (16 bytes per group and token)
-#if STAGE % 16 != 0
-#error "stage size must be a multiple of 16 bytes"
-#endif
 
 #define KC_DEV __device__ __forceinline__
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
@@ -314,13 +301,6 @@ KC_DEV void kc_bar_wait(u32 bar, u32 parity) {
 #endif
     } while (!done);
 }
-KC_DEV void kc_cp16(u32 dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
-}
-// Arrives on bar once every cp.async this thread issued before has landed.
-KC_DEV void kc_cp_arrive(u32 bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(bar) : "memory");
-}
 // 2D tensor copy of the box at (c0 innermost, c1) of the tensor map at map.
 KC_DEV void kc_tma2d(u32 dst, const void* map, int c0, int c1, u32 bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
@@ -332,26 +312,19 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(32 * (CW + PW), 1)
-#if TMA
+extern "C" __global__ void __launch_bounds__(32 * (CW + 1), 1)
 affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tmap smap,
             const __grid_constant__ kc_tmap bmap, const u16* __restrict__ x,
             const u16* __restrict__ bias, u16* __restrict__ y,
             int tokens, int in_features, int out_features)
-#else
-affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
-            const u16* __restrict__ scales, const u16* __restrict__ biases,
-            const u16* __restrict__ bias, u16* __restrict__ y,
-            int tokens, int in_features, int out_features)
-#endif
 {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    // TMA: stages must start on 1024-byte boundaries (128-byte swizzle). The
+    // Stages must start on 1024-byte boundaries (128-byte swizzle). The
     // declared alignment makes the compiler fold this offset to 0, so the
     // kernel relies on the dynamic shared memory base being 1024-aligned, as
     // it was on the H200 (a misaligned base would break the swizzled reads
     // and fail the correctness cases); the host's extra 1024 bytes are slack.
-    unsigned char* smem = smem_raw + (TMA ? (1024 - (kc_smem(smem_raw) & 1023)) & 1023 : 0);
+    unsigned char* smem = smem_raw + ((1024 - (kc_smem(smem_raw) & 1023)) & 1023);
     const int in = in_features;
     const int out = out_features;
     const int lane = threadIdx.x & 31;
@@ -375,95 +348,38 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
     for (int i = threadIdx.x; i < NS; i += blockDim.x) cnt[i] = 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < NS; ++s) {
-            kc_bar_init(full0 + 8 * s, TMA ? 1 : 32 * PW + BULKW);   // the producers' lanes (+ the bulk copies' byte count)
-            kc_bar_init(empty0 + 8 * s, CG);
+            kc_bar_init(full0 + 8 * s, 1);    // the producer's expect_tx; the copies complete its bytes
+            kc_bar_init(empty0 + 8 * s, 1);   // the consumer warp of the stage
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-
     if (warp >= CW) {
-        // Producer: stage i's pieces, once slot i % NS is free (lane 0
-        // waits; the warp follows). Every lane copies its share in 16-byte
-        // cp.async pieces, consecutive lanes along a row, and its arrival on
-        // the slot's full barrier fires once its copies have landed. With
-        // BULKW the weight rows go as one bulk copy each, counted in bytes
-        // on the same barrier.
+        // Producer: stage i's copies, once slot i % NS is free. One lane
+        // issues everything: SEG/128 weight boxes, the scale and bias
+        // boxes, and x one bulk copy per token row (none with FP16: x is
+        // resident). Rows past the end arrive as zeros (never stored) and
+        // count toward the bytes.
         const int ntok = min(tokens, XT);
-#if TMA
-        // One lane issues everything: SEG/128 weight boxes, the scale and
-        // bias boxes, and x one bulk copy per token row. Rows past the end
-        // arrive as zeros (never stored) and count toward the bytes.
         if (lane != 0) return;
-        for (int i = 0; i < nstages; ++i) {
-            {
-                const int s = i % NS;
-                const int k = i / nch, c = i - k * nch;
-                const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
-                const u32 full = full0 + 8 * s;
-                if (i >= NS) kc_bar_wait(empty0 + 8 * s, ((i / NS) + 1) & 1);
-                const u32 dst = sbase + s * STAGE;
-#if BULK_DIAG == 2
-                kc_bar_arrive(full);
-#else
-                kc_bar_expect(full, TR * SEG + 2 * TR * SSTRIDE + (FP16 ? 0 : ntok * XSEG));
-#pragma unroll
-                for (int b = 0; b < SEG / 128; ++b)
-                    kc_tma2d(dst + b * TR * 128, &wmap, c * (SEG / 4) + 32 * b, row0, full);
-                kc_tma2d(dst + SOFF, &smap, c * U, row0, full);
-                kc_tma2d(dst + SOFF + TR * SSTRIDE, &bmap, c * U, row0, full);
-                for (int t = 0; t < (FP16 ? 0 : ntok); ++t)
-                    kc_bulk(dst + XOFF + t * XSTRIDE, x + (long long)t * in + (long long)c * U * GROUP, XSEG, full);
-#endif
-            }
-        }
-        return;
-#else
-        const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(weight);
-        const long long row_bytes = (long long)in * BITS / 8;
-        constexpr int WP = SEG / 16, SP = SSTRIDE / 16, XP = XSEG / 16;   // pieces per row
-        constexpr int PL = 32 * PW;                                       // producer lanes
-        const int pl = (warp - CW) * 32 + lane;
         for (int i = 0; i < nstages; ++i) {
             const int s = i % NS;
             const int k = i / nch, c = i - k * nch;
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             const u32 full = full0 + 8 * s;
-            if (lane == 0 && i >= NS) kc_bar_wait(empty0 + 8 * s, ((i / NS) + 1) & 1);
-            __syncwarp();
-#if BULK_DIAG == 2
-            if (BULKW && pl == 0) kc_bar_arrive(full);
-            kc_bar_arrive(full);
-            continue;
-#endif
+            if (i >= NS) kc_bar_wait(empty0 + 8 * s, ((i / NS) + 1) & 1);
             const u32 dst = sbase + s * STAGE;
-#if BULKW
-            if (pl == 0) kc_bar_expect(full, TR * SEG);
-            __syncwarp();
-            for (int r = pl; r < TR; r += PL)
-                kc_bulk(dst + r * WSTRIDE, wbytes + (long long)min(row0 + r, out - 1) * row_bytes + (long long)c * SEG, SEG, full);
-#else
-#pragma unroll 4
-            for (int q = pl; q < TR * WP; q += PL) {
-                const int r = q / WP, p = q - r * WP;
-                kc_cp16(dst + r * WSTRIDE + 16 * p, wbytes + (long long)min(row0 + r, out - 1) * row_bytes + (long long)c * SEG + 16 * p);
-            }
-#endif
-            for (int q = pl; q < 2 * TR * SP; q += PL) {
-                const int rr = q / SP, p = q - rr * SP;
-                const int which = rr / TR, r = rr - which * TR;
-                kc_cp16(dst + SOFF + rr * SSTRIDE + 16 * p,
-                        (which ? biases : scales) + (long long)min(row0 + r, out - 1) * groups + (long long)c * U + 8 * p);
-            }
-            for (int q = pl; q < ntok * XP; q += PL) {
-                const int t = q / XP, p = q - t * XP;
-                kc_cp16(dst + XOFF + t * XSTRIDE + 16 * p, x + (long long)t * in + (long long)c * U * GROUP + 8 * p);
-            }
-            kc_cp_arrive(full);
+            kc_bar_expect(full, TR * SEG + 2 * TR * SSTRIDE + (FP16 ? 0 : ntok * XSEG));
+#pragma unroll
+            for (int b = 0; b < SEG / 128; ++b)
+                kc_tma2d(dst + b * TR * 128, &wmap, c * (SEG / 4) + 32 * b, row0, full);
+            kc_tma2d(dst + SOFF, &smap, c * U, row0, full);
+            kc_tma2d(dst + SOFF + TR * SSTRIDE, &bmap, c * U, row0, full);
+            for (int t = 0; t < (FP16 ? 0 : ntok); ++t)
+                kc_bulk(dst + XOFF + t * XSTRIDE, x + (long long)t * in + (long long)c * U * GROUP, XSEG, full);
         }
         return;
-#endif
     }
 
     // Consumers.
@@ -543,20 +459,19 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
         asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");   // the consumer warps only
     }
 #endif
-    const int sub = warp % CG;                          // this warp's m-tiles: sub*MW .. sub*MW+MW-1
-    for (int i = warp / CG; i < nstages; i += CW / CG) {
+    for (int i = warp; i < nstages; i += CW) {
         const int s = i % NS;
         const int k = i / nch, c = i - k * nch;
         kc_bar_wait(full0 + 8 * s, (i / NS) & 1);
         const unsigned char* slot = smem + s * STAGE;
         const u16* sc = reinterpret_cast<const u16*>(slot + SOFF);
-        float acc[MW][4];
+        float acc[MT][4];
 #pragma unroll
-        for (int m = 0; m < MW; ++m)
+        for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][e] = 0.f;
 #pragma unroll kUnroll
-        for (int u = 0; u < (BULK_DIAG == 1 ? 0 : U); ++u) {
+        for (int u = 0; u < U; ++u) {
             // x of group u for this lane's token, then the weights.
             u32 xw[4 * XLD];
 #pragma unroll
@@ -568,21 +483,17 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
 #endif
                 xw[4 * l + 0] = v.x; xw[4 * l + 1] = v.y; xw[4 * l + 2] = v.z; xw[4 * l + 3] = v.w;
             }
-            u32 w[MW][2][WPT];
+            u32 w[MT][2][WPT];
 #pragma unroll
-            for (int m = 0; m < MW; ++m)
+            for (int m = 0; m < MT; ++m)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     // This lane's run of row `row` at byte `off` of the stage's row piece;
-                    // with TMA each 16-byte chunk sits where the swizzle put it.
-                    const int row = 16 * (sub * MW + m) + 8 * h + g, off = u * GBYTES + tig * (4 * WPT);
+                    // each 16-byte chunk sits where the swizzle put it.
+                    const int row = 16 * m + 8 * h + g, off = u * GBYTES + tig * (4 * WPT);
                     auto at = [&](int o) {
-#if TMA
                         return reinterpret_cast<const u32*>(slot + (o >> 7) * (TR * 128) + row * 128 +
                                                             (((o >> 4) & 7) ^ (row & 7)) * 16 + (o & 15));
-#else
-                        return reinterpret_cast<const u32*>(slot + row * WSTRIDE + o);
-#endif
                     };
                     const u32* p = at(off);
 #if WPT >= 4
@@ -598,7 +509,7 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
                     w[m][h][0] = p[0];
 #endif
                 }
-            float t[MW][4], xs[4];
+            float t[MT][4], xs[4];
 #pragma unroll
             for (int wi = 0; wi < WPT; ++wi) {
                 // B pairs for word wi, in the order its A pairs unpack.
@@ -623,7 +534,7 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
                     const bool more = (wi | half) != 0;
 #if FP16
 #pragma unroll
-                    for (int m = 0; m < MW; ++m) {
+                    for (int m = 0; m < MT; ++m) {
                         const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
                         kc_mma16(t[m], kc_nib16(wg, 2 * half), kc_nib16(wg8, 2 * half),
                                  kc_nib16(wg, 2 * half + 1), kc_nib16(wg8, 2 * half + 1),
@@ -631,13 +542,9 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
                     }
                     continue;
 #endif
-#if BULK_DIAG == 3
-                    if (!more) xs[0] = xs[1] = xs[2] = xs[3] = 0.f;
-#else
                     kc_mma(xs, ones, ones, ones_hi, ones_hi, q[2 * half], q[2 * half + 1], more);
-#endif
 #pragma unroll
-                    for (int m = 0; m < MW; ++m) {
+                    for (int m = 0; m < MT; ++m) {
                         const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
                         kc_mma(t[m], kc_nib(wg, 2 * half), kc_nib(wg8, 2 * half),
                                kc_nib(wg, 2 * half + 1), kc_nib(wg8, 2 * half + 1),
@@ -651,8 +558,8 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
             const float4 xc0 = xcon[(c * U + u) * XT + min(2 * tig, min(tokens, XT) - 1)];
             const float4 xc1 = xcon[(c * U + u) * XT + min(2 * tig + 1, min(tokens, XT) - 1)];
 #pragma unroll
-            for (int m = 0; m < MW; ++m) {
-                const int r0 = 16 * (sub * MW + m) + g, r1 = r0 + 8;
+            for (int m = 0; m < MT; ++m) {
+                const int r0 = 16 * m + g, r1 = r0 + 8;
                 const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
                 const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
                 const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1);
@@ -667,8 +574,8 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
 #endif
             // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
 #pragma unroll
-            for (int m = 0; m < MW; ++m) {
-                const int r0 = 16 * (sub * MW + m) + g, r1 = r0 + 8;
+            for (int m = 0; m < MT; ++m) {
+                const int r0 = 16 * m + g, r1 = r0 + 8;
                 // Scales and biases of groups u and u^1 share a word.
                 const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
                 const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
@@ -687,17 +594,17 @@ affine_bulk(const u16* __restrict__ x, const u32* __restrict__ weight,
         const int b = k % NS;
         float* tred = red + b * RED_FLOATS;
 #pragma unroll
-        for (int m = 0; m < MW; ++m)
+        for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int tok = 2 * tig + (e & 1);
-                if (tok < tokens) atomicAdd(&tred[tok * TR + 16 * (sub * MW + m) + g + 8 * (e >> 1)], acc[m][e]);
+                if (tok < tokens) atomicAdd(&tred[tok * TR + 16 * m + g + 8 * (e >> 1)], acc[m][e]);
             }
         __syncwarp();
         int done = 0;
         if (lane == 0) {
             __threadfence_block();
-            done = atomicAdd(&cnt[b], 1) == nch * CG - 1;
+            done = atomicAdd(&cnt[b], 1) == nch - 1;
         }
         done = __shfl_sync(0xFFFFFFFFu, done, 0);
         if (done) {

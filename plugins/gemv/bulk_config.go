@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/kcand/kcand/sdk"
+)
+
+// bulkConfig is one variant of kernels/bulk.cu (its -D macros). The choice
+// mirrors bulk_config in scripts/affine_kernels.py, where the variants were
+// timed; the kernel's header states the rule and the shared-memory sizes.
+type bulkConfig struct {
+	Bits, Group int
+	MT          int  // 16-row m-tiles per tile
+	CW          int  // consumer warps (one producer warp besides)
+	U           int  // groups per ring stage
+	NS          int  // ring stages, a multiple of CW
+	XT          int  // token rows of x (the token count)
+	FP16        bool // fp16 operands, x converted once per block and kept resident
+}
+
+// The bulk rule's constants: 512 packed bytes of each row per stage, 8
+// consumer warps, at most 16 stages, fp16 operands up to 8192 input
+// features (beyond, converting x up front costs more than it saves), and
+// the H100/H200's 227 KiB of opt-in shared memory per block.
+const (
+	bulkSegment     = 512
+	bulkWarps       = 8
+	bulkMaxStages   = 16
+	bulkMaxFP16In   = 8192
+	bulkMaxShared   = 227 << 10
+	bulkSharedSlack = 1024 // the stages' 1024-byte alignment (see the kernel)
+)
+
+// chooseBulk picks the bulk variant for req on a GPU with sms
+// multiprocessors and maxShared bytes of shared memory per block, or says
+// why the kernel does not serve req.
+func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
+	bits, group := req.Weight.Bits, req.Weight.GroupSize
+	if bits != 4 && bits != 8 {
+		return bulkConfig{}, fmt.Sprintf("the bulk kernel unpacks 4 and 8 bits, not %d", bits)
+	}
+	if req.Tokens < 1 || req.Tokens > 8 {
+		return bulkConfig{}, fmt.Sprintf("the bulk kernel serves 1 to 8 tokens, not %d", req.Tokens)
+	}
+	u := bulkGroupsPerStage(req.InFeatures/group, group*bits/8)
+	if u == 0 {
+		return bulkConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into stages of 8 to 64 groups", req.InFeatures/group)
+	}
+	// Two m-tiles per tile unless that leaves a longer last wave of tiles.
+	mt := 1
+	if g := max(sms, 1); ceilDiv(ceilDiv(req.OutFeatures, 32), g)*2 <= ceilDiv(ceilDiv(req.OutFeatures, 16), g) {
+		mt = 2
+	}
+	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bits == 4 && req.InFeatures <= bulkMaxFP16In}
+	// The most stages that fit, a multiple of the consumer warps; fewer
+	// warps when not even one round of stages fits.
+	for cw := bulkWarps; cw >= 1; cw /= 2 {
+		cfg.CW = cw
+		for ns := cw; ns <= bulkMaxStages; ns += cw {
+			if ns >= 2 && (bulkConfig{Bits: bits, Group: group, MT: mt, CW: cw, U: u, NS: ns, XT: cfg.XT, FP16: cfg.FP16}).sharedBytes(req.InFeatures) <= maxShared {
+				cfg.NS = ns
+			}
+		}
+		if cfg.NS > 0 {
+			return cfg, ""
+		}
+	}
+	return bulkConfig{}, fmt.Sprintf("no ring of stages fits %d bytes of shared memory", maxShared)
+}
+
+// bulkGroupsPerStage is U: the groups of 512-byte row pieces, rounded to a
+// multiple of 8, else half or a quarter of that, else twice it; it must be
+// a multiple of 8 from 8 to 64 that divides the row's groups (0: none).
+func bulkGroupsPerStage(groups, groupBytes int) int {
+	want := max(8, bulkSegment/groupBytes/8*8)
+	for _, u := range []int{want, want / 2, want / 4, want * 2} {
+		if u >= 8 && u <= 64 && u%8 == 0 && groups%u == 0 {
+			return u
+		}
+	}
+	return 0
+}
+
+// sharedBytes is the launch's dynamic shared memory for in input features:
+// the ring's stages on 1024-byte boundaries, one accumulator per stage, the
+// counters and barriers, the alignment slack, and with FP16 the resident x
+// and its per-group constants.
+func (c bulkConfig) sharedBytes(in int) int {
+	tr := 16 * c.MT
+	seg := c.U * c.Group * c.Bits / 8
+	stage := tr*seg + 4*tr*c.U
+	resident := 0
+	if c.FP16 {
+		resident = c.XT*(2*in+16) + 16*(in/c.Group)*c.XT
+	} else {
+		stage += c.XT * (2*c.U*c.Group + 16)
+	}
+	stage = ceilDiv(stage, 1024) * 1024
+	return c.NS*stage + c.NS*4*8*tr + ceilDiv(4*c.NS, 16)*16 + 16*c.NS + bulkSharedSlack + resident
+}
+
+// defines are the kernel's -D macros.
+func (c bulkConfig) defines() map[string]int {
+	d := map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "CW": c.CW, "U": c.U, "NS": c.NS, "XT": c.XT}
+	if c.FP16 {
+		d["FP16"] = 1
+	}
+	return d
+}
+
+// launch is the grid (one resident block per SM at most; blocks walk the
+// tiles), the block (CW consumer warps and the producer warp) and the
+// shared memory.
+func (c bulkConfig) launch(req sdk.Request, sms int) (grid, block [3]uint32, shared uint32) {
+	tiles := ceilDiv(req.OutFeatures, 16*c.MT)
+	grid = [3]uint32{uint32(min(tiles, max(sms, 1))), 1, 1}
+	block = [3]uint32{uint32(32 * (c.CW + 1)), 1, 1}
+	return grid, block, uint32(c.sharedBytes(req.InFeatures))
+}
+
+// describe names the variant for admission reasons and logs.
+func (c bulkConfig) describe() string {
+	operands := "bf16"
+	if c.FP16 {
+		operands = "fp16"
+	}
+	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps, %d stages of %d groups, %s operands",
+		c.Bits, c.Group, 16*c.MT, c.CW, c.NS, c.U, operands)
+}

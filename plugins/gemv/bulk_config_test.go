@@ -1,0 +1,103 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/plugintest"
+)
+
+// The Go rule picks what scripts/affine_kernels.py's bulk_config picks for
+// 132 SMs, and the same shared memory: the variants the harness timed and
+// checked on the H200 are the ones the plugin runs. The expected values
+// were printed by the harness's bulk_config and bulk_smem_bytes.
+func TestBulkRuleMatchesTheHarness(t *testing.T) {
+	a := plugintest.AffineRequest
+	tests := []struct {
+		req    sdk.Request
+		want   bulkConfig
+		shared int
+	}{
+		{a(1, 4096, 4096, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, FP16: true}, 166064},
+		{a(1, 4096, 14336, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, U: 16, NS: 16, XT: 1, FP16: true}, 166224},
+		{a(1, 14336, 4096, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1}, 181408},
+		{a(1, 8192, 28672, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, FP16: true}, 175280},
+		{a(1, 28672, 8192, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1}, 181408},
+		{a(1, 4096, 4096, 8, 32, false), bulkConfig{Bits: 8, Group: 32, MT: 2, CW: 8, U: 16, NS: 8, XT: 1}, 173216},
+		{a(1, 4096, 4096, 8, 128, false), bulkConfig{Bits: 8, Group: 128, MT: 2, CW: 4, U: 8, NS: 4, XT: 1}, 152656},
+	}
+	for _, tt := range tests {
+		t.Run(tt.req.Key(), func(t *testing.T) {
+			got, why := chooseBulk(tt.req, 132, bulkMaxShared)
+			assert.Empty(t, why)
+			assert.Equal(t, tt.want, got)
+			assert.Equal(t, tt.shared, got.sharedBytes(tt.req.InFeatures))
+		})
+	}
+}
+
+// gemv/bulk says why it refuses a request: the device, the token count,
+// the bits, and groups that do not split into stages.
+func TestBulkAdmission(t *testing.T) {
+	a := plugintest.AffineRequest
+	h200 := device.Profile{Kind: device.CUDA, ComputeCapability: "9.0", Multiprocessors: 132}
+	a100 := device.Profile{Kind: device.CUDA, ComputeCapability: "8.0", Multiprocessors: 108}
+	tests := []struct {
+		name string
+		req  sdk.Request
+		hw   device.Profile
+		why  string // empty: admitted
+	}{
+		{"decode on the H200", a(1, 4096, 4096, 4, 64, false), h200, ""},
+		{"8 bits with a bias", a(1, 4096, 14336, 8, 128, true), h200, ""},
+		{"before Hopper", a(1, 4096, 4096, 4, 64, false), a100, "compute capability 9.0"},
+		{"on the CPU", a(1, 4096, 4096, 4, 64, false), device.Profile{Kind: device.CPU}, "CUDA device"},
+		{"four tokens", a(4, 4096, 4096, 4, 64, false), h200, "serves 1 token, not 4"},
+		{"3 bits", a(1, 4096, 4096, 3, 64, false), h200, "4 and 8 bits, not 3"},
+		{"groups that do not split", a(1, 2880, 2880, 4, 32, false), h200, "90 groups"},
+		{"rows not a multiple of 8", a(1, 4096, 4100, 4, 64, false), h200, "multiple of 8"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			adm := gemvBulk{}.Admit(tt.req, tt.hw)
+			if tt.why == "" {
+				assert.True(t, adm.Admitted, adm.Reason)
+				return
+			}
+			assert.False(t, adm.Admitted)
+			assert.True(t, strings.Contains(adm.Reason, tt.why), "reason %q, want it to mention %q", adm.Reason, tt.why)
+		})
+	}
+}
+
+// The tensor maps the plan carries pass the driver's rules and cover
+// exactly the weight buffers, so the host accepts them for every shape the
+// candidate admits.
+func TestBulkTensorMapsCoverTheWeights(t *testing.T) {
+	a := plugintest.AffineRequest
+	for _, req := range []sdk.Request{a(1, 4096, 4096, 4, 64, false), a(1, 28672, 8192, 4, 64, true), a(1, 4096, 14336, 8, 128, false), a(1, 1024, 4104, 4, 128, false)} {
+		cfg, why := chooseBulk(req, 132, bulkMaxShared)
+		if !assert.Empty(t, why, req.Key()) {
+			continue
+		}
+		weights, scales, biases := cfg.tensorMaps(req)
+		for name, m := range map[string]struct {
+			desc interface {
+				Check(string) error
+				Extent() int64
+			}
+			bytes int64
+		}{
+			"weight": {weights, int64(req.OutFeatures * req.InFeatures * req.Weight.Bits / 8)},
+			"scales": {scales, int64(req.OutFeatures * req.InFeatures / req.Weight.GroupSize * 2)},
+			"biases": {biases, int64(req.OutFeatures * req.InFeatures / req.Weight.GroupSize * 2)},
+		} {
+			assert.NoError(t, m.desc.Check(name), req.Key())
+			assert.Equal(t, m.bytes, m.desc.Extent(), "%s %s", req.Key(), name)
+		}
+	}
+}
