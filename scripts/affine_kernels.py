@@ -209,7 +209,7 @@ BULK_MAX_SMEM = 227 * 1024
 
 def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
                 mt: int | None = None, cw: int = 8, seg: int = 512, ns: int | None = None, bps: int = 1,
-                fp16: int | None = None) -> dict | None:
+                fp16: int | None = None, parts: int | None = None) -> dict | None:
     """Macros for affine_bulk (decode, tokens 1..8, 4 or 8 bits), or None when it does not apply.
     By default its fastest variant on the H200 (bench/NOTES.md, seventh session): 32-row tiles,
     8 consumer warps, 512-byte row pieces, 8 stages, and fp16 operands with x resident at 4 bits
@@ -224,7 +224,11 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     blocks per SM the grid is sized for (the '_BPS' entry, not a macro; a
     '_GRID' entry caps the grid, so that blocks take many tiles).
     fp16: fp16 operands, x converted once per block by the consumer warps and kept resident
-    (4 bits only). Contradictory settings (also through --bulk-over) give None."""
+    (4 bits only). parts: copies per stage, each released once used (PARTS); by default 2
+    when blocks take several tiles and a stage halves into whole swizzled lines, else 1
+    (eighth session: 2 shortens 8192->28672 from 37.4 to 35.3 us and 4096->14336 from
+    16.2 to 14.3, but lengthens the one-tile-per-block shapes by 0.2-1 us; 4 is slower
+    than 2). Contradictory settings (also through --bulk-over) give None."""
     if bits not in (4, 8) or not 1 <= tokens <= 8 or in_f % group or out_f % 8:
         return None
     sms = sms or SMS
@@ -239,6 +243,10 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         t1, t2 = -(-out_f // 16), -(-out_f // 32)
         mt = 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
     cfg = dict(BITS=bits, GROUP=group, MT=mt, CW=cw, U=u, NS=cw, XT=tokens, _BPS=bps)
+    if parts is None:
+        parts = 2 if -(-out_f // (16 * mt)) > sms * bps and u * gbytes % 256 == 0 else 1
+    if parts > 1:
+        cfg["PARTS"] = parts
     if fp16 is None:
         fp16 = int(bits == 4 and in_f <= 8192)
     if fp16:
@@ -248,6 +256,8 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     cfg.update(BULK_OVER)
     if cfg.get("FP16") and bits != 4:
         return None
+    while cfg.get("PARTS", 1) > 1 and u * gbytes % (128 * cfg["PARTS"]):
+        cfg["PARTS"] //= 2   # a stage splits only into parts of whole swizzled lines
 
     def fits(c):   # one block: 227 KiB; several: the SM's 228 KiB, 1 KiB reserved per block
         b = bulk_smem_bytes(c, in_f)
@@ -280,9 +290,11 @@ def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
     xbytes = cfg["XT"] * (2 * cfg["U"] * cfg["GROUP"] + 16)
     ns = cfg["NS"]
     fp16 = cfg.get("FP16", 0)
-    stage = -(-(tr * seg + 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
+    parts = cfg.get("PARTS", 1)   # PARTS > 1: two scale buffers per slot, a barrier pair per part
+    nsbuf = 2 if parts > 1 else 1
+    stage = -(-(tr * seg + nsbuf * 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
     resident = cfg["XT"] * (2 * in_f + 16) + 16 * (in_f // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
-    return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns + 1024 + resident
+    return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns * parts + 1024 + resident
 
 
 def bulk_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
@@ -290,7 +302,7 @@ def bulk_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
     CW consumer warps and one producer warp."""
     tiles = -(-out_f // (16 * cfg["MT"]))
     grid = (min(tiles, cfg.get("_GRID") or SMS * cfg.get("_BPS", 1)), 1, 1)
-    return grid, (32 * (cfg["CW"] + 1), 1, 1), bulk_smem_bytes(cfg, in_f)
+    return grid, (32 * (cfg["CW"] + cfg.get("PARTS", 1)), 1, 1), bulk_smem_bytes(cfg, in_f)
 
 
 # Resident blocks per SM each tile is sized for (shared memory / registers).
@@ -837,6 +849,12 @@ def bulk_correctness_cases():
         (8192, 1000, 4, 64, True, 3, dict(mt=2, _GRID=5)),
         (4096, 1032, 8, 32, False, 2, dict(mt=1)),
         (2048, 776, 4, 128, True, 8, dict(cw=4, seg=1024)),
+        # stages copied and released in parts, with blocks that take many tiles
+        (4096, 4104, 4, 64, True, 1, dict(_GRID=7, parts=2)),
+        (1024, 3072, 4, 64, False, 1, dict(_GRID=5, mt=1, ns=16, parts=2)),
+        (8192, 1000, 4, 64, True, 3, dict(mt=2, _GRID=5, parts=4)),
+        (2048, 1032, 8, 64, True, 2, dict(_GRID=3, parts=2)),
+        (4096, 4104, 4, 32, True, 1, dict(fp16=1, _GRID=7, parts=4)),
     ]
     return cases
 

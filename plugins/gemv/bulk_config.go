@@ -17,6 +17,7 @@ type bulkConfig struct {
 	NS          int  // ring stages, a multiple of CW
 	XT          int  // token rows of x (the token count)
 	FP16        bool // fp16 operands, x converted once per block and kept resident
+	Parts       int  // copies per stage, each released once used (1, 2 or 4)
 }
 
 // The bulk rule's constants: 512 packed bytes of each row per stage, 8
@@ -52,13 +53,21 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 	if g := max(sms, 1); ceilDiv(ceilDiv(req.OutFeatures, 32), g)*2 <= ceilDiv(ceilDiv(req.OutFeatures, 16), g) {
 		mt = 2
 	}
-	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bits == 4 && req.InFeatures <= bulkMaxFP16In}
+	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bits == 4 && req.InFeatures <= bulkMaxFP16In, Parts: 1}
+	// Stages in two parts when blocks take several tiles (the refill of a
+	// stage's first half then overlaps the arithmetic of its second), and
+	// a stage halves into whole 128-byte lines.
+	if ceilDiv(req.OutFeatures, 16*mt) > sms && u*group*bits/8%256 == 0 {
+		cfg.Parts = 2
+	}
 	// The most stages that fit, a multiple of the consumer warps; fewer
 	// warps when not even one round of stages fits.
 	for cw := bulkWarps; cw >= 1; cw /= 2 {
 		cfg.CW = cw
 		for ns := cw; ns <= bulkMaxStages; ns += cw {
-			if ns >= 2 && (bulkConfig{Bits: bits, Group: group, MT: mt, CW: cw, U: u, NS: ns, XT: cfg.XT, FP16: cfg.FP16}).sharedBytes(req.InFeatures) <= maxShared {
+			trial := cfg
+			trial.NS = ns
+			if ns >= 2 && trial.sharedBytes(req.InFeatures) <= maxShared {
 				cfg.NS = ns
 			}
 		}
@@ -83,13 +92,18 @@ func bulkGroupsPerStage(groups, groupBytes int) int {
 }
 
 // sharedBytes is the launch's dynamic shared memory for in input features:
-// the ring's stages on 1024-byte boundaries, one accumulator per stage, the
-// counters and barriers, the alignment slack, and with FP16 the resident x
-// and its per-group constants.
+// the ring's stages on 1024-byte boundaries (with two buffers of scales and
+// biases when a stage comes in parts), one accumulator per stage, the
+// counters and a pair of barriers per stage and part, the alignment slack,
+// and with FP16 the resident x and its per-group constants.
 func (c bulkConfig) sharedBytes(in int) int {
 	tr := 16 * c.MT
 	seg := c.U * c.Group * c.Bits / 8
-	stage := tr*seg + 4*tr*c.U
+	scaleBuffers := 1
+	if c.Parts > 1 {
+		scaleBuffers = 2
+	}
+	stage := tr*seg + scaleBuffers*4*tr*c.U
 	resident := 0
 	if c.FP16 {
 		resident = c.XT*(2*in+16) + 16*(in/c.Group)*c.XT
@@ -97,7 +111,7 @@ func (c bulkConfig) sharedBytes(in int) int {
 		stage += c.XT * (2*c.U*c.Group + 16)
 	}
 	stage = ceilDiv(stage, 1024) * 1024
-	return c.NS*stage + c.NS*4*8*tr + ceilDiv(4*c.NS, 16)*16 + 16*c.NS + bulkSharedSlack + resident
+	return c.NS*stage + c.NS*4*8*tr + ceilDiv(4*c.NS, 16)*16 + 16*c.NS*c.Parts + bulkSharedSlack + resident
 }
 
 // defines are the kernel's -D macros.
@@ -106,16 +120,19 @@ func (c bulkConfig) defines() map[string]int {
 	if c.FP16 {
 		d["FP16"] = 1
 	}
+	if c.Parts > 1 {
+		d["PARTS"] = c.Parts
+	}
 	return d
 }
 
 // launch is the grid (one resident block per SM at most; blocks walk the
-// tiles), the block (CW consumer warps and the producer warp) and the
-// shared memory.
+// tiles), the block (CW consumer warps and a producer warp per part) and
+// the shared memory.
 func (c bulkConfig) launch(req sdk.Request, sms int) (grid, block [3]uint32, shared uint32) {
 	tiles := ceilDiv(req.OutFeatures, 16*c.MT)
 	grid = [3]uint32{uint32(min(tiles, max(sms, 1))), 1, 1}
-	block = [3]uint32{uint32(32 * (c.CW + 1)), 1, 1}
+	block = [3]uint32{uint32(32 * (c.CW + c.Parts)), 1, 1}
 	return grid, block, uint32(c.sharedBytes(req.InFeatures))
 }
 
@@ -125,6 +142,6 @@ func (c bulkConfig) describe() string {
 	if c.FP16 {
 		operands = "fp16"
 	}
-	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps, %d stages of %d groups, %s operands",
-		c.Bits, c.Group, 16*c.MT, c.CW, c.NS, c.U, operands)
+	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps, %d stages of %d groups in %d part(s), %s operands",
+		c.Bits, c.Group, 16*c.MT, c.CW, c.NS, c.U, c.Parts, operands)
 }

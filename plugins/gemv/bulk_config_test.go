@@ -14,7 +14,8 @@ import (
 // The Go rule picks what scripts/affine_kernels.py's bulk_config picks for
 // 132 SMs, and the same shared memory: the variants the harness timed and
 // checked on the H200 are the ones the plugin runs. The expected values
-// were printed by the harness's bulk_config and bulk_smem_bytes.
+// were printed by the harness's bulk_config and bulk_smem_bytes (with
+// stages in two parts where blocks take several tiles).
 func TestBulkRuleMatchesTheHarness(t *testing.T) {
 	a := plugintest.AffineRequest
 	tests := []struct {
@@ -22,13 +23,13 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		want   bulkConfig
 		shared int
 	}{
-		{a(1, 4096, 4096, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, FP16: true}, 166064},
-		{a(1, 4096, 14336, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, U: 16, NS: 16, XT: 1, FP16: true}, 166224},
-		{a(1, 14336, 4096, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1}, 181408},
-		{a(1, 8192, 28672, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, FP16: true}, 175280},
-		{a(1, 28672, 8192, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1}, 181408},
-		{a(1, 4096, 4096, 8, 32, false), bulkConfig{Bits: 8, Group: 32, MT: 2, CW: 8, U: 16, NS: 8, XT: 1}, 173216},
-		{a(1, 4096, 4096, 8, 128, false), bulkConfig{Bits: 8, Group: 128, MT: 2, CW: 4, U: 8, NS: 4, XT: 1}, 152656},
+		{a(1, 4096, 4096, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1}, 166064},
+		{a(1, 4096, 14336, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, U: 16, NS: 16, XT: 1, FP16: true, Parts: 2}, 182864},
+		{a(1, 14336, 4096, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, Parts: 1}, 181408},
+		{a(1, 8192, 28672, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, FP16: true, Parts: 2}, 191792},
+		{a(1, 28672, 8192, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, Parts: 2}, 197920},
+		{a(1, 4096, 4096, 8, 32, false), bulkConfig{Bits: 8, Group: 32, MT: 2, CW: 8, U: 16, NS: 8, XT: 1, Parts: 1}, 173216},
+		{a(1, 4096, 4096, 8, 128, false), bulkConfig{Bits: 8, Group: 128, MT: 2, CW: 4, U: 8, NS: 4, XT: 1, Parts: 1}, 152656},
 	}
 	for _, tt := range tests {
 		t.Run(tt.req.Key(), func(t *testing.T) {

@@ -13,12 +13,12 @@
 // and the group's scale and bias folded in from the accumulator and an
 // x-sum mma; or (FP16) fp16 operands, below.
 //
-// Status (bench/NOTES.md, seventh session, H200, 1 token, int4 g64): the
-// copies alone move the weights at 4.14 TB/s. At 8192->28672 the kernel
-// takes 37.8 us with FP16 (2.87x the bf16 anchor, 3.50 TB/s) and 40.2 us
-// without; the stream kernel takes 42.5 us. FP16 is slower where
-// in_features is large (14336, 28672): every block converts the whole of
-// x before it starts.
+// Status (bench/NOTES.md, seventh and eighth sessions, H200, 1 token, int4
+// g64): the copies alone move the weights at 4.14 TB/s. At 8192->28672 the
+// kernel takes 35.3-35.8 us with FP16 and stages in two parts (3.69 TB/s,
+// 3.06x the bf16 anchor's 109.4 us), 37.4-37.8 us in one part; the stream
+// kernel takes 42.4 us. FP16 is slower where in_features is large (14336,
+// 28672): every block converts the whole of x before it starts.
 //
 // FP16 (4 bits): the consumer warps first convert x, once per block,
 // into shared memory that stays resident: per (token, group) sigma = the
@@ -88,6 +88,13 @@
 //          token count
 //   FP16   1: fp16 operands, x converted once per block and resident (4
 //          bits only; default 0): see "FP16" above
+//   PARTS  1 (default), 2 or 4: a stage is copied in PARTS parts, each with
+//          its own pair of barriers and its own producer warp, and the
+//          consumer releases each part but the last as soon as it has used
+//          it, so the refill of the next stage in the slot overlaps the
+//          arithmetic of the rest (the scales and biases come with the
+//          first part, into one of two buffers by round of the ring). SEG
+//          must split into whole 128-byte lines and U into whole groups
 //   UNR    groups unrolled together in the consumer loop (default 4: 2 and
 //          16 were slower)
 //   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
@@ -95,16 +102,18 @@
 //
 // LAUNCH (scripts/affine_kernels.py bulk_config / bulk_launch; the Go side
 // mirrors them)
-//   block = 32*(CW+1) threads: CW consumer warps, then the producer warp
+//   block = 32*(CW+PARTS) threads: CW consumer warps, then a producer warp
+//   per part
 //   grid = (min(tiles, BPS*SMs), 1, 1) with tiles = ceil(out/TR) and BPS the
 //   resident blocks per SM the variant is sized for (1 unless asked):
 //   blocks stay resident and take tiles blockIdx.x, blockIdx.x + gridDim.x,
 //   ..., so any grid >= 1 is correct.
 //   dynamic shared memory bytes (raise the function's maximum dynamic
 //   shared size to it) =
-//       NS*STAGE + NS*4*8*TR + 16*ceil(4*NS/16) + 16*NS + 1024
+//       NS*STAGE + NS*4*8*TR + 16*ceil(4*NS/16) + 16*NS*PARTS + 1024
 //     + (FP16 ? XT*(2*in+16) + 16*XT*(in/GROUP) : 0)
-//   with STAGE = roundup(TR*SEG + 4*TR*U + (FP16 ? 0 : XT*(2*U*GROUP+16)), 1024).
+//   with STAGE = roundup(TR*SEG + B*4*TR*U + (FP16 ? 0 : XT*(2*U*GROUP+16)), 1024),
+//   B = 2 scale buffers when PARTS > 1, else 1.
 //   The 1024 is slack for the stages' alignment (see the note in the
 //   kernel); the FP16 term is the resident x and its per-group constants.
 //
@@ -115,7 +124,9 @@
 //   is a multiple of 8 from 8 to 64 and divides in/GROUP (none: not
 //   served). MT = 2 if ceil(ceil(out/32)/G)*2 <= ceil(ceil(out/16)/G) with
 //   G = BPS*SMs, else 1. CW = 8; XT = tokens; FP16 = 1 when BITS == 4 and
-//   in <= 8192. NS: the largest multiple of CW from 2 to 16 whose shared
+//   in <= 8192. PARTS = 2 when ceil(out/TR) > G (blocks take several tiles)
+//   and SEG % 256 == 0, else 1 (with one tile per block, 2 was 0.2-1 us
+//   slower; 4 is slower than 2). NS: the largest multiple of CW from 2 to 16 whose shared
 //   memory is at most 227 KiB (with BPS > 1 also (bytes+1024)*BPS <=
 //   228 KiB); when none fits, CW halves and the search repeats (none at
 //   CW = 1: not served).
@@ -135,10 +146,15 @@
 //   shared-memory accumulator (one per tile in flight, NS of them) and
 //   counts its chunk in; the warp that counts the tile's last chunk rounds
 //   the sums to bf16 (RNE), stores them, clears the accumulator and only
-//   then releases its slot. A slot is refilled only after its previous
-//   stage is released, so an accumulator is cleared before any chunk of
-//   the tile NS tiles later reaches it (that chunk's stage number is at
-//   least NS past the finisher's).
+//   then releases its slot (with PARTS > 1: its last part). The last part
+//   of a slot is refilled only after its previous stage is wholly
+//   released, and the producer of that part issues stages in order, so an
+//   accumulator is cleared before any chunk of the tile NS tiles later
+//   completes (that chunk's stage number is at least NS past the
+//   finisher's, and its consumer waits for its last part before adding).
+//   The first part's scale buffer alternates by round of the ring: a
+//   refill of the first part writes the buffer the stage NS earlier did
+//   not use, while that stage may still read its own.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -170,6 +186,12 @@ typedef unsigned short u16;
 #ifndef UNR
 #define UNR 4     // groups of a stage unrolled together in the consumer loop
 #endif
+#ifndef PARTS
+#define PARTS 1   // 2 or 4: each stage arrives and is released in parts (see PARTS at the top)
+#endif
+#if PARTS != 1 && PARTS != 2 && PARTS != 4
+#error "PARTS must be 1, 2 or 4"
+#endif
 constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, not a macro
 #if XT < 1 || XT > 8
 #error "XT must be 1..8"
@@ -190,6 +212,9 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #if SEG % 128 != 0
 #error "SEG must be a multiple of 128 (whole swizzled lines)"
 #endif
+#if SEG % (128 * PARTS) != 0 || U % PARTS != 0
+#error "PARTS must split a stage into whole swizzled lines and whole groups"
+#endif
 #define SSTRIDE (2 * U)                      // scale bytes per row and stage
 #define XSEG (U * GROUP * 2)                 // x bytes per token and stage
 #define XSTRIDE (XSEG + 16)
@@ -197,14 +222,17 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 // (16-byte chunk c of row r at chunk c ^ (r % 8)), so fragment reads hit
 // distinct banks without padding; a stage starts on a 1024-byte boundary.
 #define SOFF (TR * SEG)                      // scales, then biases
-#define XOFF (SOFF + 2 * TR * SSTRIDE)
+#define SBUF (2 * TR * SSTRIDE)              // a stage's scales and biases; with PARTS > 1 two,
+                                             // used by stages of alternate rounds of the ring
+#define NSBUF (PARTS > 1 ? 2 : 1)
+#define XOFF (SOFF + NSBUF * SBUF)
 #define STAGE ((XOFF + (FP16 ? 0 : XT * XSTRIDE) + 1023) / 1024 * 1024)   // FP16: x is resident, not staged
 #define RED_FLOATS (8 * TR)                  // one tile's sums: [8 tokens][TR rows]
 #define RED_OFF (NS * STAGE)
 #define CNT_OFF (RED_OFF + NS * 4 * RED_FLOATS)
 #define BAR_OFF (CNT_OFF + ((4 * NS + 15) / 16) * 16)
-#define SMEM_BYTES (BAR_OFF + 16 * NS)   // FP16: then the resident x (XT rows of 2*in+16 bytes) and its
-                                          // per-group constants (16 bytes per group and token)
+#define SMEM_BYTES (BAR_OFF + 16 * NS * PARTS)   // FP16: then the resident x (XT rows of 2*in+16 bytes)
+                                                   // and its per-group constants (16 bytes per group and token)
 
 #define KC_DEV __device__ __forceinline__
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
@@ -312,7 +340,7 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
                  :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(32 * (CW + 1), 1)
+extern "C" __global__ void __launch_bounds__(32 * (CW + PARTS), 1)
 affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tmap smap,
             const __grid_constant__ kc_tmap bmap, const u16* __restrict__ x,
             const u16* __restrict__ bias, u16* __restrict__ y,
@@ -337,6 +365,8 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     float* red = reinterpret_cast<float*>(smem + RED_OFF);
     int* cnt = reinterpret_cast<int*>(smem + CNT_OFF);
     const u32 sbase = kc_smem(smem);
+    // Barriers: for each part p of a stage (the whole stage when PARTS is
+    // 1), NS full barriers at full0 + 16*NS*p, then NS empty ones.
     const u32 full0 = sbase + BAR_OFF, empty0 = full0 + 8 * NS;
 #if FP16
     const int xrstride = 2 * in + 16;
@@ -347,10 +377,11 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     for (int i = threadIdx.x; i < NS * RED_FLOATS; i += blockDim.x) red[i] = 0.f;
     for (int i = threadIdx.x; i < NS; i += blockDim.x) cnt[i] = 0;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < NS; ++s) {
-            kc_bar_init(full0 + 8 * s, 1);    // the producer's expect_tx; the copies complete its bytes
-            kc_bar_init(empty0 + 8 * s, 1);   // the consumer warp of the stage
-        }
+        for (int p = 0; p < PARTS; ++p)
+            for (int s = 0; s < NS; ++s) {
+                kc_bar_init(full0 + 16 * NS * p + 8 * s, 1);    // the producer's expect_tx; the copies complete its bytes
+                kc_bar_init(empty0 + 16 * NS * p + 8 * s, 1);   // the consumer warp of the stage
+            }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -360,24 +391,34 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         // issues everything: SEG/128 weight boxes, the scale and bias
         // boxes, and x one bulk copy per token row (none with FP16: x is
         // resident). Rows past the end arrive as zeros (never stored) and
-        // count toward the bytes.
+        // count toward the bytes. With PARTS > 1, producer warp `part` copies
+        // part `part` of each stage (its weight boxes and x), the first
+        // part with the scales and biases, once that part of the slot is
+        // free.
         const int ntok = min(tokens, XT);
         if (lane != 0) return;
+        const int part = warp - CW;
+        constexpr int NB = SEG / 128 / PARTS;   // weight boxes per copy
+        const u32 full_p = full0 + 16 * NS * part, empty_p = empty0 + 16 * NS * part;
         for (int i = 0; i < nstages; ++i) {
             const int s = i % NS;
             const int k = i / nch, c = i - k * nch;
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
-            const u32 full = full0 + 8 * s;
-            if (i >= NS) kc_bar_wait(empty0 + 8 * s, ((i / NS) + 1) & 1);
+            const u32 full = full_p + 8 * s;
+            if (i >= NS) kc_bar_wait(empty_p + 8 * s, ((i / NS) + 1) & 1);
             const u32 dst = sbase + s * STAGE;
-            kc_bar_expect(full, TR * SEG + 2 * TR * SSTRIDE + (FP16 ? 0 : ntok * XSEG));
+            kc_bar_expect(full, TR * SEG / PARTS + (part ? 0 : SBUF) + (FP16 ? 0 : ntok * XSEG / PARTS));
 #pragma unroll
-            for (int b = 0; b < SEG / 128; ++b)
+            for (int b = part * NB; b < (part + 1) * NB; ++b)
                 kc_tma2d(dst + b * TR * 128, &wmap, c * (SEG / 4) + 32 * b, row0, full);
-            kc_tma2d(dst + SOFF, &smap, c * U, row0, full);
-            kc_tma2d(dst + SOFF + TR * SSTRIDE, &bmap, c * U, row0, full);
+            if (part == 0) {
+                const u32 sdst = dst + SOFF + (NSBUF > 1 ? ((i / NS) & 1) * SBUF : 0);
+                kc_tma2d(sdst, &smap, c * U, row0, full);
+                kc_tma2d(sdst + TR * SSTRIDE, &bmap, c * U, row0, full);
+            }
             for (int t = 0; t < (FP16 ? 0 : ntok); ++t)
-                kc_bulk(dst + XOFF + t * XSTRIDE, x + (long long)t * in + (long long)c * U * GROUP, XSEG, full);
+                kc_bulk(dst + XOFF + t * XSTRIDE + part * (XSEG / PARTS),
+                        x + (long long)t * in + (long long)c * U * GROUP + part * (U / PARTS) * GROUP, XSEG / PARTS, full);
         }
         return;
     }
@@ -462,130 +503,139 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     for (int i = warp; i < nstages; i += CW) {
         const int s = i % NS;
         const int k = i / nch, c = i - k * nch;
-        kc_bar_wait(full0 + 8 * s, (i / NS) & 1);
         const unsigned char* slot = smem + s * STAGE;
-        const u16* sc = reinterpret_cast<const u16*>(slot + SOFF);
+        const u16* sc = reinterpret_cast<const u16*>(slot + SOFF + (NSBUF > 1 ? ((i / NS) & 1) * SBUF : 0));
         float acc[MT][4];
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][e] = 0.f;
-#pragma unroll kUnroll
-        for (int u = 0; u < U; ++u) {
-            // x of group u for this lane's token, then the weights.
-            u32 xw[4 * XLD];
-#pragma unroll
-            for (int l = 0; l < XLD; ++l) {
-#if FP16
-                const kc_u4 v = *reinterpret_cast<const kc_u4*>(xres + xr * xrstride + ((c * U + u) * GROUP + tig * VPT + 8 * l) * 2);
-#else
-                const kc_u4 v = *reinterpret_cast<const kc_u4*>(slot + XOFF + xr * XSTRIDE + (u * GROUP + tig * VPT + 8 * l) * 2);
-#endif
-                xw[4 * l + 0] = v.x; xw[4 * l + 1] = v.y; xw[4 * l + 2] = v.z; xw[4 * l + 3] = v.w;
+        // With PARTS > 1 each part but the last is released as soon as it
+        // is used, so its refill overlaps the arithmetic of the rest.
+#pragma unroll 1
+        for (int part = 0; part < PARTS; ++part) {
+            if (part > 0) {
+                __syncwarp();
+                if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (part - 1) + 8 * s);
             }
-            u32 w[MT][2][WPT];
+            kc_bar_wait(full0 + 16 * NS * part + 8 * s, (i / NS) & 1);
+#pragma unroll kUnroll
+            for (int u = part * (U / PARTS); u < (part + 1) * (U / PARTS); ++u) {
+                // x of group u for this lane's token, then the weights.
+                u32 xw[4 * XLD];
 #pragma unroll
-            for (int m = 0; m < MT; ++m)
+                for (int l = 0; l < XLD; ++l) {
+#if FP16
+                    const kc_u4 v = *reinterpret_cast<const kc_u4*>(xres + xr * xrstride + ((c * U + u) * GROUP + tig * VPT + 8 * l) * 2);
+#else
+                    const kc_u4 v = *reinterpret_cast<const kc_u4*>(slot + XOFF + xr * XSTRIDE + (u * GROUP + tig * VPT + 8 * l) * 2);
+#endif
+                    xw[4 * l + 0] = v.x; xw[4 * l + 1] = v.y; xw[4 * l + 2] = v.z; xw[4 * l + 3] = v.w;
+                }
+                u32 w[MT][2][WPT];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    // This lane's run of row `row` at byte `off` of the stage's row piece;
-                    // each 16-byte chunk sits where the swizzle put it.
-                    const int row = 16 * m + 8 * h + g, off = u * GBYTES + tig * (4 * WPT);
-                    auto at = [&](int o) {
-                        return reinterpret_cast<const u32*>(slot + (o >> 7) * (TR * 128) + row * 128 +
-                                                            (((o >> 4) & 7) ^ (row & 7)) * 16 + (o & 15));
-                    };
-                    const u32* p = at(off);
+                for (int m = 0; m < MT; ++m)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        // This lane's run of row `row` at byte `off` of the stage's row piece;
+                        // each 16-byte chunk sits where the swizzle put it.
+                        const int row = 16 * m + 8 * h + g, off = u * GBYTES + tig * (4 * WPT);
+                        auto at = [&](int o) {
+                            return reinterpret_cast<const u32*>(slot + (o >> 7) * (TR * 128) + row * 128 +
+                                                                (((o >> 4) & 7) ^ (row & 7)) * 16 + (o & 15));
+                        };
+                        const u32* p = at(off);
 #if WPT >= 4
 #pragma unroll
-                    for (int q = 0; q < WPT; q += 4) {
-                        const kc_u4 v = *reinterpret_cast<const kc_u4*>(at(off + 4 * q));
-                        w[m][h][q] = v.x; w[m][h][q + 1] = v.y; w[m][h][q + 2] = v.z; w[m][h][q + 3] = v.w;
-                    }
+                        for (int q = 0; q < WPT; q += 4) {
+                            const kc_u4 v = *reinterpret_cast<const kc_u4*>(at(off + 4 * q));
+                            w[m][h][q] = v.x; w[m][h][q + 1] = v.y; w[m][h][q + 2] = v.z; w[m][h][q + 3] = v.w;
+                        }
 #elif WPT == 2
-                    const uint2 v = *reinterpret_cast<const uint2*>(p);
-                    w[m][h][0] = v.x; w[m][h][1] = v.y;
+                        const uint2 v = *reinterpret_cast<const uint2*>(p);
+                        w[m][h][0] = v.x; w[m][h][1] = v.y;
 #else
-                    w[m][h][0] = p[0];
+                        w[m][h][0] = p[0];
 #endif
-                }
-            float t[MT][4], xs[4];
+                    }
+                float t[MT][4], xs[4];
 #pragma unroll
-            for (int wi = 0; wi < WPT; ++wi) {
-                // B pairs for word wi, in the order its A pairs unpack.
-                u32 q[4];
+                for (int wi = 0; wi < WPT; ++wi) {
+                    // B pairs for word wi, in the order its A pairs unpack.
+                    u32 q[4];
 #if FP16
-                q[0] = xw[4 * wi]; q[1] = xw[4 * wi + 1]; q[2] = xw[4 * wi + 2]; q[3] = xw[4 * wi + 3];   // converted in place
+                    q[0] = xw[4 * wi]; q[1] = xw[4 * wi + 1]; q[2] = xw[4 * wi + 2]; q[3] = xw[4 * wi + 3];   // converted in place
 #elif BITS == 4
-                const u32 x0 = xw[4 * wi], x1 = xw[4 * wi + 1], x2 = xw[4 * wi + 2], x3 = xw[4 * wi + 3];
-                q[0] = kc_prmt(x0, x2, 0x5410);   // (x0, x4)
-                q[1] = kc_prmt(x0, x2, 0x7632);   // (x1, x5)
-                q[2] = kc_prmt(x1, x3, 0x5410);   // (x2, x6)
-                q[3] = kc_prmt(x1, x3, 0x7632);   // (x3, x7)
+                    const u32 x0 = xw[4 * wi], x1 = xw[4 * wi + 1], x2 = xw[4 * wi + 2], x3 = xw[4 * wi + 3];
+                    q[0] = kc_prmt(x0, x2, 0x5410);   // (x0, x4)
+                    q[1] = kc_prmt(x0, x2, 0x7632);   // (x1, x5)
+                    q[2] = kc_prmt(x1, x3, 0x5410);   // (x2, x6)
+                    q[3] = kc_prmt(x1, x3, 0x7632);   // (x3, x7)
 #else
-                const u32 x0 = xw[2 * wi], x1 = xw[2 * wi + 1];
-                q[0] = kc_prmt(x0, x1, 0x5410);   // (x0, x2) meets the low nibbles
-                q[1] = kc_times16(q[0]);          // 16*(x0, x2) meets the high nibbles
-                q[2] = kc_prmt(x0, x1, 0x7632);   // (x1, x3)
-                q[3] = kc_times16(q[2]);
+                    const u32 x0 = xw[2 * wi], x1 = xw[2 * wi + 1];
+                    q[0] = kc_prmt(x0, x1, 0x5410);   // (x0, x2) meets the low nibbles
+                    q[1] = kc_times16(q[0]);          // 16*(x0, x2) meets the high nibbles
+                    q[2] = kc_prmt(x0, x1, 0x7632);   // (x1, x3)
+                    q[3] = kc_times16(q[2]);
 #endif
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const bool more = (wi | half) != 0;
+                    for (int half = 0; half < 2; ++half) {
+                        const bool more = (wi | half) != 0;
 #if FP16
 #pragma unroll
-                    for (int m = 0; m < MT; ++m) {
-                        const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
-                        kc_mma16(t[m], kc_nib16(wg, 2 * half), kc_nib16(wg8, 2 * half),
-                                 kc_nib16(wg, 2 * half + 1), kc_nib16(wg8, 2 * half + 1),
-                                 q[2 * half], q[2 * half + 1], more);
-                    }
-                    continue;
+                        for (int m = 0; m < MT; ++m) {
+                            const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
+                            kc_mma16(t[m], kc_nib16(wg, 2 * half), kc_nib16(wg8, 2 * half),
+                                     kc_nib16(wg, 2 * half + 1), kc_nib16(wg8, 2 * half + 1),
+                                     q[2 * half], q[2 * half + 1], more);
+                        }
+                        continue;
 #endif
-                    kc_mma(xs, ones, ones, ones_hi, ones_hi, q[2 * half], q[2 * half + 1], more);
+                        kc_mma(xs, ones, ones, ones_hi, ones_hi, q[2 * half], q[2 * half + 1], more);
 #pragma unroll
-                    for (int m = 0; m < MT; ++m) {
-                        const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
-                        kc_mma(t[m], kc_nib(wg, 2 * half), kc_nib(wg8, 2 * half),
-                               kc_nib(wg, 2 * half + 1), kc_nib(wg8, 2 * half + 1),
-                               q[2 * half], q[2 * half + 1], more);
+                        for (int m = 0; m < MT; ++m) {
+                            const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
+                            kc_mma(t[m], kc_nib(wg, 2 * half), kc_nib(wg8, 2 * half),
+                                   kc_nib(wg, 2 * half + 1), kc_nib(wg8, 2 * half + 1),
+                                   q[2 * half], q[2 * half + 1], more);
+                        }
                     }
                 }
-            }
 #if FP16
-            // Fold: acc += s*sigma*t - s*(1024E + 64O) + b*(E + O), rows g
-            // (e = 0, 1) and g+8 (e = 2, 3); token columns 2tig, 2tig+1.
-            const float4 xc0 = xcon[(c * U + u) * XT + min(2 * tig, min(tokens, XT) - 1)];
-            const float4 xc1 = xcon[(c * U + u) * XT + min(2 * tig + 1, min(tokens, XT) - 1)];
+                // Fold: acc += s*sigma*t - s*(1024E + 64O) + b*(E + O), rows g
+                // (e = 0, 1) and g+8 (e = 2, 3); token columns 2tig, 2tig+1.
+                const float4 xc0 = xcon[(c * U + u) * XT + min(2 * tig, min(tokens, XT) - 1)];
+                const float4 xc1 = xcon[(c * U + u) * XT + min(2 * tig + 1, min(tokens, XT) - 1)];
 #pragma unroll
-            for (int m = 0; m < MT; ++m) {
-                const int r0 = 16 * m + g, r1 = r0 + 8;
-                const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
-                const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
-                const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1);
-                acc[m][0] = fmaf(s0 * xc0.x, t[m][0], fmaf(b0, xc0.z, fmaf(-s0, xc0.y, acc[m][0])));
-                acc[m][2] = fmaf(s1 * xc0.x, t[m][2], fmaf(b1, xc0.z, fmaf(-s1, xc0.y, acc[m][2])));
-                if (XT > 1) {
-                    acc[m][1] = fmaf(s0 * xc1.x, t[m][1], fmaf(b0, xc1.z, fmaf(-s0, xc1.y, acc[m][1])));
-                    acc[m][3] = fmaf(s1 * xc1.x, t[m][3], fmaf(b1, xc1.z, fmaf(-s1, xc1.y, acc[m][3])));
+                for (int m = 0; m < MT; ++m) {
+                    const int r0 = 16 * m + g, r1 = r0 + 8;
+                    const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
+                    const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
+                    const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1);
+                    acc[m][0] = fmaf(s0 * xc0.x, t[m][0], fmaf(b0, xc0.z, fmaf(-s0, xc0.y, acc[m][0])));
+                    acc[m][2] = fmaf(s1 * xc0.x, t[m][2], fmaf(b1, xc0.z, fmaf(-s1, xc0.y, acc[m][2])));
+                    if (XT > 1) {
+                        acc[m][1] = fmaf(s0 * xc1.x, t[m][1], fmaf(b0, xc1.z, fmaf(-s0, xc1.y, acc[m][1])));
+                        acc[m][3] = fmaf(s1 * xc1.x, t[m][3], fmaf(b1, xc1.z, fmaf(-s1, xc1.y, acc[m][3])));
+                    }
                 }
-            }
-            continue;
+                continue;
 #endif
-            // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
+                // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
 #pragma unroll
-            for (int m = 0; m < MT; ++m) {
-                const int r0 = 16 * m + g, r1 = r0 + 8;
-                // Scales and biases of groups u and u^1 share a word.
-                const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
-                const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
-                const float b0 = fmaf(-OFFSET, s0, kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1));
-                const float b1 = fmaf(-OFFSET, s1, kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1));
-                acc[m][0] = fmaf(s0, t[m][0], fmaf(b0, xs[0], acc[m][0]));
-                acc[m][2] = fmaf(s1, t[m][2], fmaf(b1, xs[2], acc[m][2]));
-                if (XT > 1) {   // odd token columns: none at one token
-                    acc[m][1] = fmaf(s0, t[m][1], fmaf(b0, xs[1], acc[m][1]));
-                    acc[m][3] = fmaf(s1, t[m][3], fmaf(b1, xs[3], acc[m][3]));
+                for (int m = 0; m < MT; ++m) {
+                    const int r0 = 16 * m + g, r1 = r0 + 8;
+                    // Scales and biases of groups u and u^1 share a word.
+                    const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
+                    const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
+                    const float b0 = fmaf(-OFFSET, s0, kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1));
+                    const float b1 = fmaf(-OFFSET, s1, kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1));
+                    acc[m][0] = fmaf(s0, t[m][0], fmaf(b0, xs[0], acc[m][0]));
+                    acc[m][2] = fmaf(s1, t[m][2], fmaf(b1, xs[2], acc[m][2]));
+                    if (XT > 1) {   // odd token columns: none at one token
+                        acc[m][1] = fmaf(s0, t[m][1], fmaf(b0, xs[1], acc[m][1]));
+                        acc[m][3] = fmaf(s1, t[m][3], fmaf(b1, xs[3], acc[m][3]));
+                    }
                 }
             }
         }
@@ -624,6 +674,6 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             if (lane == 0) cnt[b] = 0;
             __syncwarp();
         }
-        if (lane == 0) kc_bar_arrive(empty0 + 8 * s);
+        if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
     }
 }
