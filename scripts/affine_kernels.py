@@ -1270,7 +1270,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 WG_TOKENS = (256, 4096)
 WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
-WG_PDL = True         # --no-pdl: launch the wgmma path's main kernel and reduction without early start
+WG_PDL = True         # --no-pdl: launch the wgmma path's kernels and the bulk kernel without early start
 
 
 class _LaunchAttributeValue(ctypes.Union):
@@ -1342,7 +1342,7 @@ def bulk_tma_launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     args = [m.map for m in maps] + [np.uint64(x.data_ptr()),
                                     np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
                                     np.uint64(y.data_ptr()), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f)]
-    return lambda: (maps, launch_ex(kern, grid, block, args, smem, programmatic=False))
+    return lambda: (maps, launch_ex(kern, grid, block, args, smem, programmatic=WG_PDL))
 
 
 def launch_programmatic(kern, grid, block, args, shared_mem=0):
@@ -1512,7 +1512,7 @@ def main():
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     ap.add_argument("--no-pdl", action="store_true",
-                    help="launch the wgmma path's main kernel and reduction without early start (the plugin uses it)")
+                    help="launch the wgmma path's main kernel and reduction, and the bulk kernel, without early start (the plugins use it)")
     args = ap.parse_args()
     global KERNELS, WG_PDL
     KERNELS = tuple(args.kernel or ())
