@@ -156,3 +156,52 @@ func TestGPUExportedRunRefusesShortBuffers(t *testing.T) {
 	require.NoError(t, dev.Synchronize())
 	require.NoError(t, affine.Check(readY(t, h, io), affine.Reference(req, sample.Weights, sample.Inputs[affine.X])))
 }
+
+// TestGPUEarlyStartReadsWhatTheKernelAheadWrote chains exported runs of the
+// decode candidates that start early (programmatic dependent launch): each
+// run's input is the output the run just ahead of it writes, and the runs
+// are enqueued back to back with no synchronisation between them, so a
+// kernel that read x before waiting for the grid ahead would read the
+// poison its output buffer was filled with. Every link must match the
+// float64 reference computed from the input it actually had.
+func TestGPUEarlyStartReadsWhatTheKernelAheadWrote(t *testing.T) {
+	for _, candidate := range []string{"gemv/bulk", "gemv/tensor-core"} {
+		t.Run(candidate, func(t *testing.T) {
+			cfg := newHostConfig(t, "qmm", "gemv")
+			cfg.policy.Force = map[string]string{"affine": candidate}
+			h := openGPUHost(t, cfg)
+			ctx := context.Background()
+			dev := h.Device()
+			// Square, so that an output can be the next input; more row
+			// tiles than SMs, where both kernels start early.
+			req := affineRequest(1, 8192, 8192, 4, 64)
+			exe, sample := bindSample(t, h, req, 29)
+			require.Equal(t, candidate, exe.Plan().Candidate)
+			require.False(t, exe.Remote(), "%s should run exported", candidate)
+
+			const links = 4
+			bufs := make([]device.Buffer, links+1)
+			for i := range bufs {
+				b, err := dev.Alloc(affine.InputSizes(req)[affine.X])
+				require.NoError(t, err)
+				t.Cleanup(func() { dev.Free(b) })
+				require.NoError(t, dev.Fill(b, 0xff)) // bf16 NaN
+				bufs[i] = b
+			}
+			require.NoError(t, dev.Write(bufs[0], 0, sample.Inputs[affine.X]))
+			for i := 0; i < links; i++ {
+				require.NoError(t, exe.Run(ctx, nil, map[string]device.Buffer{affine.X: bufs[i], affine.Y: bufs[i+1]}))
+			}
+			require.NoError(t, dev.Synchronize())
+			values := make([][]byte, links+1)
+			for i, b := range bufs {
+				values[i] = make([]byte, b.Size())
+				require.NoError(t, dev.Read(values[i], b, 0))
+			}
+			for i := 0; i < links; i++ {
+				want := affine.Reference(req, sample.Weights, values[i])
+				require.NoError(t, affine.Check(values[i+1], want), "link %d of the chain", i+1)
+			}
+		})
+	}
+}

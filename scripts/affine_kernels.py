@@ -966,11 +966,15 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
         grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
         path = QMM_CU
     y = torch.empty((tokens, out_f), dtype=torch.bfloat16, device="cuda")
-    get_kernel(path, cfg, smem)
+    kern = get_kernel(path, cfg, smem)
     fns = []
     for (w, s, b) in copies:
         args = kernel_args(wt, x, y, tokens, w, s, b)
-        fns.append(lambda a=args: launch(path, cfg, grid, block, smem, a))
+        # the plugins launch the stream kernel with early start at decode when x is read from memory
+        if kind == "stream" and WG_PDL and not cfg.get("XT") and tokens <= 8:
+            fns.append(lambda a=args: launch_programmatic(kern, grid, block, a, smem))
+        else:
+            fns.append(lambda a=args: launch(path, cfg, grid, block, smem, a))
     return time_launches(fns)
 
 
@@ -1270,7 +1274,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 WG_TOKENS = (256, 4096)
 WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
-WG_PDL = True         # --no-pdl: launch the wgmma path's kernels and the bulk kernel without early start
+WG_PDL = True         # --no-pdl: launch the wgmma path's kernels, the bulk and the stream kernel without early start
 
 
 class _LaunchAttributeValue(ctypes.Union):
@@ -1512,7 +1516,7 @@ def main():
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     ap.add_argument("--no-pdl", action="store_true",
-                    help="launch the wgmma path's main kernel and reduction, and the bulk kernel, without early start (the plugins use it)")
+                    help="launch the wgmma path's main kernel and reduction, the bulk and the stream kernel without early start (the plugins use it)")
     args = ap.parse_args()
     global KERNELS, WG_PDL
     KERNELS = tuple(args.kernel or ())

@@ -178,12 +178,24 @@ func PrepareStream(env sdk.Env, req sdk.Request, weights sdk.Buffers, cfg Stream
 		return nil, err
 	}
 	grid, block, shared := cfg.Launch(req)
-	p, err := NewPrepared(req, weights, k, grid, block, shared)
+	step := gpukernel.Step{Kernel: k, Launch: gpukernel.Launch{Grid: grid, Block: block, SharedBytes: shared, Params: Params(req), Programmatic: cfg.EarlyStart(req)}}
+	p, err := NewPreparedSteps(req, weights, []gpukernel.Step{step}, 0)
 	if err != nil {
 		return nil, err
 	}
 	env.Logger.Debug("prepared", "request", req.Key(), "variant", cfg.Describe(), "kernel", p.Describe(), "nvrtc_cache_hit", k.CacheHit)
 	return p, nil
 }
+
+// EarlyStart says whether the plan launches the variant with early start
+// (programmatic dependent launch, sm_90): the kernel then puts its first
+// steps' weights in flight while the kernel ahead finishes and waits for it
+// before it reads x. Only at decode with x read from memory (XT 0): there,
+// on the H200, back-to-back calls took 4096->14336 from 14.9 to 12.3 us and
+// 28672->8192 from 41.5 to 38.4 at one token; with x in the ring (which
+// must wait before its first copy) 14336->4096 went from 13.7 to 20.3 us,
+// and at 16 tokens 28672->8192 from 71.2 to 84.1 (bench/NOTES.md, eighth
+// session).
+func (c StreamConfig) EarlyStart(req sdk.Request) bool { return c.XT == 0 && req.Tokens <= 8 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

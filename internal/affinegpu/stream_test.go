@@ -101,3 +101,21 @@ func TestStreamVariantsFitTheGPU(t *testing.T) {
 	}
 	assert.Greater(t, served, 100)
 }
+
+// Early start is asked for at decode when x is read from memory, and not
+// when x travels in the ring (its first copy must wait for the grid ahead)
+// or above 8 tokens, where it measured slower.
+func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
+	for _, c := range []struct {
+		req  sdk.Request
+		want bool
+	}{
+		{streamRequest(1, 4096, 14336, 4, 64), true},   // many blocks per SM: x from memory
+		{streamRequest(1, 14336, 4096, 4, 64), false},  // one block per SM: x in the ring
+		{streamRequest(16, 28672, 8192, 4, 64), false}, // above decode
+	} {
+		cfg, why := ChooseStream(c.req, 132)
+		require.Empty(t, why, c.req.Key())
+		assert.Equal(t, c.want, cfg.EarlyStart(c.req), "%s (%s)", c.req.Key(), cfg.Describe())
+	}
+}

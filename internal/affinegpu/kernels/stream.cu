@@ -198,6 +198,22 @@ KC_DEV void kc_cp4(u32 dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(dst), "l"(src) : "memory");
 }
 KC_DEV void kc_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Programmatic dependent launch (sm_90; nothing before): the plans launch
+// the kernel with early start, so it may begin while the kernel ahead
+// finishes. It releases its own dependents at its start, puts its first
+// steps' weights (which nothing ahead writes) in flight, and waits for the
+// grid ahead (completed, its writes visible) before it reads x; every store
+// of y follows that wait. Both are no-ops in an ordinary launch.
+KC_DEV void kc_grid_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+KC_DEV void kc_grid_release() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
 // Per-warp ring slot: ROWS rows of SEG packed bytes (row stride WSTRIDE), then
@@ -241,6 +257,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     unsigned char* ring = smem + warp * (D * SLOT);
     const u32 ring_s = kc_smem(ring);
     const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(weight);
+    kc_grid_release();
 
     // Copy step st into ring slot d: every lane moves 16-byte pieces of the
     // rows (a warp instruction covers whole 128-byte lines), then the scales
@@ -428,6 +445,9 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     // ring of D slots with cp.async (D-1 steps in flight), so no block-wide
     // barrier is needed until the final reduction. Without XT, x for the
     // next group is loaded while the current group's math runs.
+#if XT > 0
+    kc_grid_wait();   // x travels in the ring with the first steps' weights
+#endif
 #pragma unroll
     for (int d = 0; d < D - 1; ++d) {
         if (warp + d * KW < nsteps) issue(d, warp + d * KW);
@@ -435,6 +455,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     }
 #if XT == 0
     u32 xa[NT][4 * XLD], xb[NT][4 * XLD];
+    kc_grid_wait();   // the first steps' weights are in flight; x is the grid ahead's
     if (warp < nsteps) load_x(xa, warp * U);
 #else
     u32 xa[NT][4 * XLD];
