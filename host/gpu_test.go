@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/bf16"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
 )
@@ -162,8 +164,11 @@ func TestGPUExportedRunRefusesShortBuffers(t *testing.T) {
 // run's input is the output the run just ahead of it writes, and the runs
 // are enqueued back to back with no synchronisation between them, so a
 // kernel that read x before waiting for the grid ahead would read the
-// poison its output buffer was filled with. Every link must match the
-// float64 reference computed from the input it actually had.
+// poison its output buffer was filled with (bf16 NaN). Every link must be
+// finite and match the float64 reference computed from the input it
+// actually had. The check is relative to the link's whole output: the
+// values grow along the chain, and the gate's absolute floor (0.125) is
+// meant for outputs of unit-scale inputs.
 func TestGPUEarlyStartReadsWhatTheKernelAheadWrote(t *testing.T) {
 	for _, candidate := range []string{"gemv/bulk", "gemv/tensor-core"} {
 		t.Run(candidate, func(t *testing.T) {
@@ -200,7 +205,13 @@ func TestGPUEarlyStartReadsWhatTheKernelAheadWrote(t *testing.T) {
 			}
 			for i := 0; i < links; i++ {
 				want := affine.Reference(req, sample.Weights, values[i])
-				require.NoError(t, affine.Check(values[i+1], want), "link %d of the chain", i+1)
+				for j := range want {
+					got := float64(bf16.Get(values[i+1], j))
+					require.False(t, math.IsNaN(got) || math.IsInf(got, 0), "link %d, element %d: %v", i+1, j, got)
+				}
+				rel := affine.RelativeError(values[i+1], want)
+				t.Logf("link %d: relative error %.2e", i+1, rel)
+				require.Less(t, rel, 1e-2, "link %d of the chain", i+1)
 			}
 		})
 	}

@@ -131,10 +131,13 @@ KC_DEV u16 kc_to_bf16(float f) {
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
     return r;
 }
-// x is small and shared by every warp: keep it in L1.
+// x is small and shared by every warp: keep it in L1. A coherent load, not
+// ld.global.nc: under early start the kernel ahead may still be writing x
+// while this one runs, and ptxas may move a non-coherent load (whose data
+// it may assume constant for the kernel's life) above griddepcontrol.wait.
 KC_DEV kc_u4 kc_ldx(const u16* p) {
     kc_u4 r;
-    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    asm("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
     return r;
 }
 KC_DEV u32 kc_ldh(const u16* p) {
@@ -204,10 +207,14 @@ KC_DEV void kc_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // steps' weights (which nothing ahead writes) in flight, and waits for the
 // grid ahead (completed, its writes visible) before it reads x; every store
 // of y follows that wait. Both are no-ops in an ordinary launch.
-KC_DEV void kc_grid_wait() {
+// kc_grid_wait_for waits and returns x as a value the wait produced, so
+// that the compiler cannot schedule a load through it (an asm statement it
+// may otherwise move) above the wait.
+KC_DEV const u16* kc_grid_wait_for(const u16* p) {
 #if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" : "+l"(p) :: "memory");
 #endif
+    return p;
 }
 KC_DEV void kc_grid_release() {
 #if __CUDA_ARCH__ >= 900
@@ -317,11 +324,9 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     };
 
 #if XT == 0
-    // This lane's tokens for the B operand (column g of each n-tile), clamped.
+    // This lane's tokens for the B operand (column g of each n-tile),
+    // clamped; set once the grid ahead is done.
     const u16* xrow[NT];
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-        xrow[n] = x + (long long)min(tok0 + 8 * n + g, tokens - 1) * in + tig * VPT;
     auto load_x = [&](u32 (&xw)[NT][4 * XLD], int grp) {
 #pragma unroll
         for (int n = 0; n < NT; ++n)
@@ -446,7 +451,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     // barrier is needed until the final reduction. Without XT, x for the
     // next group is loaded while the current group's math runs.
 #if XT > 0
-    kc_grid_wait();   // x travels in the ring with the first steps' weights
+    x = kc_grid_wait_for(x);   // x travels in the ring with the first steps' weights
 #endif
 #pragma unroll
     for (int d = 0; d < D - 1; ++d) {
@@ -455,7 +460,10 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     }
 #if XT == 0
     u32 xa[NT][4 * XLD], xb[NT][4 * XLD];
-    kc_grid_wait();   // the first steps' weights are in flight; x is the grid ahead's
+    x = kc_grid_wait_for(x);   // the first steps' weights are in flight; x is the grid ahead's
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+        xrow[n] = x + (long long)min(tok0 + 8 * n + g, tokens - 1) * in + tig * VPT;
     if (warp < nsteps) load_x(xa, warp * U);
 #else
     u32 xa[NT][4 * XLD];

@@ -342,10 +342,18 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
 // Programmatic dependent launch (sm_90): the plan launches the kernel with
 // early start, so it may begin while the kernel ahead finishes. It releases
 // its own dependents at its start, streams the first stages' weights (which
-// nothing ahead writes) at once, and waits for the grid ahead (kc_grid_wait:
-// completed, its writes visible) before it reads x; every store of y follows
-// a read of x. Both are no-ops in an ordinary launch.
-KC_DEV void kc_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// nothing ahead writes) at once, and waits for the grid ahead (completed,
+// its writes visible) before it reads x; every store of y follows a read of
+// x. Both are no-ops in an ordinary launch. kc_grid_wait_for waits and
+// returns x as a value the wait produced, so that the compiler cannot
+// schedule a load through it (an asm statement it may otherwise move)
+// above the wait; x is read with coherent loads, never ld.global.nc, which
+// ptxas may move above the wait too (its data may be assumed constant for
+// the kernel's life, and under early start it is not).
+KC_DEV const u16* kc_grid_wait_for(const u16* p) {
+    asm volatile("griddepcontrol.wait;" : "+l"(p) :: "memory");
+    return p;
+}
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 extern "C" __global__ void __launch_bounds__(32 * (CW + PARTS), 1)
@@ -431,7 +439,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             // ahead, its x after. Holding back the x of a whole round of
             // stages instead delayed the first stage behind all their
             // weights (14336->4096: 14.2 -> 17.9 us without early start).
-            if (i == 0) kc_grid_wait();
+            if (i == 0) x = kc_grid_wait_for(x);
             for (int t = 0; t < ntok; ++t)
                 kc_bulk(dst + XOFF + t * XSTRIDE + part * (XSEG / PARTS),
                         x + (long long)t * in + (long long)c * U * GROUP + part * (U / PARTS) * GROUP, XSEG / PARTS, full);
@@ -460,7 +468,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     // even and odd positions of each 8: the offsets the fp16 unpacking
     // leaves in the mma (q = 1024 + v and 1024 + 16*v).
     {
-        kc_grid_wait();   // x is the grid ahead's to write
+        x = kc_grid_wait_for(x);   // x is the grid ahead's to write
         const int ntok = min(tokens, XT);
         const int items = 2 * groups * ntok;
         for (int base = 0; base < items; base += 32 * CW) {   // uniform per warp: items is even
@@ -475,7 +483,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #pragma unroll
             for (int q = 0; q < HB; ++q) {
                 if (valid) {
-                    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+                    asm("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"   // coherent: see kc_grid_wait_for
                         : "=r"(blk[q].x), "=r"(blk[q].y), "=r"(blk[q].z), "=r"(blk[q].w) : "l"(src + 8 * q));
                 } else {
                     blk[q] = kc_u4{0, 0, 0, 0};
