@@ -971,7 +971,7 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
     for (w, s, b) in copies:
         args = kernel_args(wt, x, y, tokens, w, s, b)
         # the plugins launch the stream kernel with early start at decode when x is read from memory
-        if kind == "stream" and WG_PDL and not cfg.get("XT") and tokens <= 8:
+        if kind == "stream" and WG_PDL and not cfg.get("XT") and tokens <= STREAM_PDL_TOKENS:
             fns.append(lambda a=args: launch_programmatic(kern, grid, block, a, smem))
         else:
             fns.append(lambda a=args: launch(path, cfg, grid, block, smem, a))
@@ -1275,6 +1275,7 @@ WG_TOKENS = (256, 4096)
 WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
 WG_PDL = True         # --no-pdl: launch the wgmma path's kernels, the bulk and the stream kernel without early start
+STREAM_PDL_TOKENS = 8  # --stream-pdl-tokens: the most tokens the stream kernel starts early at (Go: StreamConfig.EarlyStart)
 
 
 class _LaunchAttributeValue(ctypes.Union):
@@ -1517,8 +1518,11 @@ def main():
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     ap.add_argument("--no-pdl", action="store_true",
                     help="launch the wgmma path's main kernel and reduction, the bulk and the stream kernel without early start (the plugins use it)")
+    ap.add_argument("--stream-pdl-tokens", type=int, default=8,
+                    help="the most tokens at which the stream kernel is launched with early start (the plugins: 8)")
     args = ap.parse_args()
-    global KERNELS, WG_PDL
+    global KERNELS, WG_PDL, STREAM_PDL_TOKENS
+    STREAM_PDL_TOKENS = args.stream_pdl_tokens
     KERNELS = tuple(args.kernel or ())
     WG_PDL = not args.no_pdl
     global STREAM_ONLY, BENCH_TOKENS, BENCH_SHAPES
