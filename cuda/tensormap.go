@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 
 	"github.com/kcand/kcand/sdk/errdefs"
 )
@@ -103,7 +105,14 @@ func (d TensorMapDesc) Check(field string) error {
 		case s < span:
 			return errdefs.Invalid(fmt.Sprintf("%s.strides[%d]", field, i), s, "overlaps the dimension below it (%d bytes)", span)
 		}
-		span = s * d.Dims[i+1]
+		hi, lo := bits.Mul64(s, d.Dims[i+1])
+		if hi != 0 || lo > math.MaxInt64 {
+			return errdefs.Invalid(fmt.Sprintf("%s.dims[%d]", field, i+1), d.Dims[i+1], "the tensor would span more than 2^63 bytes")
+		}
+		span = lo
+	}
+	if _, ok := d.extent(); !ok {
+		return errdefs.Invalid(field+".dims", d.Dims, "the tensor would span more than 2^63 bytes")
 	}
 	for i, b := range d.Box {
 		if b < 1 || b > maxTensorBox {
@@ -126,13 +135,24 @@ func (d TensorMapDesc) Check(field string) error {
 
 // Extent is how many bytes from its base address the tensor reaches: the
 // size a buffer must have for the map to stay inside it. d must have passed
-// Check.
+// Check, which refuses a tensor whose extent does not fit an int64.
 func (d TensorMapDesc) Extent() int64 {
+	n, _ := d.extent()
+	return int64(n)
+}
+
+// extent is Extent, and false when it overflows an int64.
+func (d TensorMapDesc) extent() (uint64, bool) {
 	n := d.Dims[0] * uint64(d.DataType.Size())
 	for i, s := range d.Strides {
-		n += s * (d.Dims[i+1] - 1)
+		hi, step := bits.Mul64(s, d.Dims[i+1]-1)
+		var carry uint64
+		n, carry = bits.Add64(n, step, 0)
+		if hi != 0 || carry != 0 || n > math.MaxInt64 {
+			return 0, false
+		}
 	}
-	return int64(n)
+	return n, true
 }
 
 // BoxBytes is the bytes one copy of a whole box moves (what a kernel tells

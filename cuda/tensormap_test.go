@@ -34,6 +34,16 @@ func TestTensorMapDescCheck(t *testing.T) {
 		{"box row wider than the swizzle", func(d *TensorMapDesc) { d.Box[0] = 64 }, "m.box[0]"},
 		{"odd swizzle", func(d *TensorMapDesc) { d.Swizzle = 96 }, "m.swizzle"},
 		{"odd L2 promotion", func(d *TensorMapDesc) { d.L2Promotion = 32 }, "m.l2_promotion"},
+		// Strides just under 2^40 across 2^25 rows would wrap a 64-bit size.
+		{"rows past 2^63 bytes", func(d *TensorMapDesc) {
+			d.Dims, d.Strides, d.Box, d.Swizzle = []uint64{4, 1<<25 + 1}, []uint64{1 << 39}, []uint32{4, 1}, 0
+		}, "m.dims[1]"},
+		{"extent past 2^63 bytes", func(d *TensorMapDesc) {
+			d.Dims, d.Strides, d.Box, d.Swizzle = []uint64{4, 1 << 24}, []uint64{1<<40 - 16}, []uint32{4, 1}, 0
+		}, "m.dims[1]"},
+		{"planes past 2^63 bytes", func(d *TensorMapDesc) {
+			d.Dims, d.Strides, d.Box, d.Swizzle = []uint64{4, 1 << 32, 1 << 32}, []uint64{16, 1 << 36}, []uint32{4, 1, 1}, 0
+		}, "m.dims[2]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

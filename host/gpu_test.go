@@ -2,7 +2,9 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -160,59 +162,90 @@ func TestGPUExportedRunRefusesShortBuffers(t *testing.T) {
 }
 
 // TestGPUEarlyStartReadsWhatTheKernelAheadWrote chains exported runs of the
-// decode candidates that start early (programmatic dependent launch): each
-// run's input is the output the run just ahead of it writes, and the runs
-// are enqueued back to back with no synchronisation between them, so a
-// kernel that read x before waiting for the grid ahead would read the
-// poison its output buffer was filled with (bf16 NaN). Every link must be
-// finite and match the float64 reference computed from the input it
-// actually had. The check is relative to the link's whole output: the
-// values grow along the chain, and the gate's absolute floor (0.125) is
-// meant for outputs of unit-scale inputs.
+// decode candidates that start early (programmatic dependent launch),
+// enqueued back to back with no synchronisation between them:
+//   - a chain through fresh buffers, each run reading what the run ahead
+//     writes: a kernel that read x before waiting for the grid ahead would
+//     read the poison (bf16 NaN) its input buffer was filled with;
+//   - a ping-pong, where the second run writes the buffer the first reads:
+//     a kernel that stored y before the grid ahead finished would change
+//     the first run's input under it.
+//
+// 4 and 8 bits: gemv/bulk converts x to fp16 in every consumer warp at 4
+// bits, and has its producer copy x at 8. Every link must be finite and
+// match the float64 reference computed from the input it had. The check is
+// relative to the link's whole output: values grow along the chain, and the
+// gate's absolute floor (0.125) is meant for outputs of unit-scale inputs.
 func TestGPUEarlyStartReadsWhatTheKernelAheadWrote(t *testing.T) {
 	for _, candidate := range []string{"gemv/bulk", "gemv/tensor-core"} {
-		t.Run(candidate, func(t *testing.T) {
-			cfg := newHostConfig(t, "qmm", "gemv")
-			cfg.policy.Force = map[string]string{"affine": candidate}
-			h := openGPUHost(t, cfg)
-			ctx := context.Background()
-			dev := h.Device()
-			// Square, so that an output can be the next input; more row
-			// tiles than SMs, where both kernels start early.
-			req := affineRequest(1, 8192, 8192, 4, 64)
-			exe, sample := bindSample(t, h, req, 29)
-			require.Equal(t, candidate, exe.Plan().Candidate)
-			require.False(t, exe.Remote(), "%s should run exported", candidate)
+		for _, bits := range []int{4, 8} {
+			t.Run(fmt.Sprintf("%s/q%d", candidate, bits), func(t *testing.T) {
+				cfg := newHostConfig(t, "qmm", "gemv")
+				cfg.policy.Force = map[string]string{"affine": candidate}
+				h := openGPUHost(t, cfg)
+				// Square, so that an output can be the next input; more row
+				// tiles than SMs, where both kernels start early.
+				req := affineRequest(1, 8192, 8192, bits, 64)
+				exe, sample := bindSample(t, h, req, 29)
+				require.Equal(t, candidate, exe.Plan().Candidate)
+				require.False(t, exe.Remote(), "%s should run exported", candidate)
+				checkChain(t, h, exe, req, sample, []int{0, 1, 2, 3, 4})
+				checkChain(t, h, exe, req, sample, []int{0, 1, 0})
+			})
+		}
+	}
+}
 
-			const links = 4
-			bufs := make([]device.Buffer, links+1)
-			for i := range bufs {
-				b, err := dev.Alloc(affine.InputSizes(req)[affine.X])
-				require.NoError(t, err)
-				t.Cleanup(func() { dev.Free(b) })
-				require.NoError(t, dev.Fill(b, 0xff)) // bf16 NaN
-				bufs[i] = b
-			}
-			require.NoError(t, dev.Write(bufs[0], 0, sample.Inputs[affine.X]))
-			for i := 0; i < links; i++ {
-				require.NoError(t, exe.Run(ctx, nil, map[string]device.Buffer{affine.X: bufs[i], affine.Y: bufs[i+1]}))
-			}
-			require.NoError(t, dev.Synchronize())
-			values := make([][]byte, links+1)
-			for i, b := range bufs {
-				values[i] = make([]byte, b.Size())
-				require.NoError(t, dev.Read(values[i], b, 0))
-			}
-			for i := 0; i < links; i++ {
-				want := affine.Reference(req, sample.Weights, values[i])
-				for j := range want {
-					got := float64(bf16.Get(values[i+1], j))
-					require.False(t, math.IsNaN(got) || math.IsInf(got, 0), "link %d, element %d: %v", i+1, j, got)
-				}
-				rel := affine.RelativeError(values[i+1], want)
-				t.Logf("link %d: relative error %.2e", i+1, rel)
-				require.Less(t, rel, 1e-2, "link %d of the chain", i+1)
-			}
-		})
+// checkChain runs exe once per link of path (link i reads buffer path[i]
+// and writes path[i+1]; buffer 0 starts as the sample's x, the others as
+// bf16 NaN) without synchronising, then checks every link whose input and
+// output are still known afterwards: its input is the sample (link 0) or
+// the output of the link ahead, and a buffer holds a link's output unless
+// a later link wrote it again.
+func checkChain(t *testing.T, h *Host, exe *Executable, req sdk.Request, sample sdk.Sample, path []int) {
+	t.Helper()
+	ctx, dev := context.Background(), h.Device()
+	bufs := make([]device.Buffer, slices.Max(path)+1)
+	for i := range bufs {
+		b, err := dev.Alloc(affine.InputSizes(req)[affine.X])
+		require.NoError(t, err)
+		t.Cleanup(func() { dev.Free(b) })
+		require.NoError(t, dev.Fill(b, 0xff))
+		bufs[i] = b
+	}
+	require.NoError(t, dev.Write(bufs[0], 0, sample.Inputs[affine.X]))
+	links := len(path) - 1
+	for i := range links {
+		require.NoError(t, exe.Run(ctx, nil, map[string]device.Buffer{affine.X: bufs[path[i]], affine.Y: bufs[path[i+1]]}))
+	}
+	require.NoError(t, dev.Synchronize())
+	final := make([][]byte, len(bufs))
+	for i, b := range bufs {
+		final[i] = make([]byte, b.Size())
+		require.NoError(t, dev.Read(final[i], b, 0))
+	}
+	output := func(i int) []byte { // link i's output, or nil once overwritten
+		if slices.Contains(path[i+2:], path[i+1]) {
+			return nil
+		}
+		return final[path[i+1]]
+	}
+	for i := range links {
+		in := sample.Inputs[affine.X]
+		if i > 0 {
+			in = output(i - 1)
+		}
+		out := output(i)
+		if in == nil || out == nil {
+			continue
+		}
+		want := affine.Reference(req, sample.Weights, in)
+		for j := range want {
+			got := float64(bf16.Get(out, j))
+			require.False(t, math.IsNaN(got) || math.IsInf(got, 0), "path %v, link %d, element %d: %v", path, i+1, j, got)
+		}
+		rel := affine.RelativeError(out, want)
+		t.Logf("path %v, link %d: relative error %.2e", path, i+1, rel)
+		require.Less(t, rel, 1e-2, "path %v, link %d", path, i+1)
 	}
 }

@@ -100,6 +100,9 @@ func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer
 		return nil, err
 	}
 	bindings.encode = l.dev.Context().EncodeTensorMap
+	if err := bindings.encodeFixed(); err != nil {
+		return nil, err
+	}
 	out := &cudaPlan{dev: l.dev, bindings: bindings}
 	for i, ln := range plan.Launches {
 		field := fmt.Sprintf("launches[%d]", i)

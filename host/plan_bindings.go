@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/kcand/kcand/cuda"
@@ -149,27 +150,57 @@ func (b *planBindings) resolve(io map[string]device.Buffer) error {
 // kept from an earlier run at that address, or encoded now.
 func (b *planBindings) encodeMaps() error {
 	for _, m := range b.maps {
-		addr := b.addr[m.binding] + cuda.DevicePtr(m.offset)
-		if addr == m.addr {
-			continue
+		if err := b.encodeMap(m, b.addr[m.binding]); err != nil {
+			return err
 		}
-		if kept, ok := m.earlier[addr]; ok {
-			m.encoded, m.addr = *kept, addr
-			continue
-		}
-		if b.encode == nil {
-			return errdefs.Internal("tensor map over %s: no encoder", b.names[m.binding])
-		}
-		encoded, err := b.encode(m.desc, addr)
-		if err != nil {
-			return fmt.Errorf("io.%s: %w", b.names[m.binding], err)
-		}
-		if m.earlier == nil || len(m.earlier) >= maxEncodedAddresses {
-			m.earlier = map[cuda.DevicePtr]*cuda.TensorMap{}
-		}
-		m.earlier[addr] = &encoded
-		m.encoded, m.addr = encoded, addr
 	}
+	return nil
+}
+
+// encodeFixed encodes the tensor maps over fixed bindings at load, so that
+// a driver that cannot encode them (before CUDA 12.0) or a refused
+// description fails the load, not the first run.
+func (b *planBindings) encodeFixed() error {
+	for _, m := range b.maps {
+		if b.fixed[m.binding] {
+			if err := b.encodeMap(m, b.base[m.binding]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// encodeMap makes m's encoding the one over the buffer at base.
+func (b *planBindings) encodeMap(m *boundTensorMap, base cuda.DevicePtr) error {
+	addr := base + cuda.DevicePtr(m.offset)
+	if addr == m.addr {
+		return nil
+	}
+	if kept, ok := m.earlier[addr]; ok {
+		m.encoded, m.addr = *kept, addr
+		return nil
+	}
+	field := "io." + b.names[m.binding]
+	if b.fixed[m.binding] && base == b.base[m.binding] {
+		field = "fixed." + b.names[m.binding]
+	}
+	if b.encode == nil {
+		return errdefs.Internal("%s: a tensor map and no encoder", field)
+	}
+	encoded, err := b.encode(m.desc, addr)
+	if err != nil {
+		var fe *errdefs.FieldError
+		if errors.As(err, &fe) {
+			return errdefs.Invalid(field, fe.Value, "tensor map: %s: %s", fe.Field, fe.Reason)
+		}
+		return fmt.Errorf("%s: tensor map: %w", field, err)
+	}
+	if m.earlier == nil || len(m.earlier) >= maxEncodedAddresses {
+		m.earlier = map[cuda.DevicePtr]*cuda.TensorMap{}
+	}
+	m.earlier[addr] = &encoded
+	m.encoded, m.addr = encoded, addr
 	return nil
 }
 

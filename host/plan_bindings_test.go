@@ -136,6 +136,8 @@ func TestPlanBindingsEncodeTensorMaps(t *testing.T) {
 		m[127] = 0x7E
 		return cuda.NewArgs().TensorMap(&m).Uint64(0x30000).Int32(5)
 	}
+	require.NoError(t, b.encodeFixed(), "load encodes the maps over fixed buffers")
+	assert.Equal(t, []cuda.DevicePtr{0x10020}, encoded)
 	io := map[string]device.Buffer{"y": gpuBuffer{size: 64, ptr: 0x30000}}
 	require.NoError(t, b.resolve(io))
 	assert.Equal(t, mapAt(0x10020), packed(b, params[0], slots[0]))
@@ -149,13 +151,34 @@ func TestPlanBindingsEncodeTensorMaps(t *testing.T) {
 	assert.Equal(t, mapAt(0x10020), packed(b, params[0], slots[0]), "the fixed weight's map is back")
 	assert.Equal(t, []cuda.DevicePtr{0x10020, 0x40020}, encoded, "each address is encoded once")
 
+	// More addresses than a map keeps: the encodings start over, and an
+	// address seen before the reset is encoded again.
+	for i := range maxEncodedAddresses + 1 {
+		io["weight"] = gpuBuffer{size: 4096, ptr: uintptr(0x100000 + 0x10000*i)}
+		require.NoError(t, b.resolve(io))
+	}
+	encoded = nil
+	io["weight"] = gpuBuffer{size: 4096, ptr: 0x40000}
+	require.NoError(t, b.resolve(io))
+	assert.Equal(t, []cuda.DevicePtr{0x40020}, encoded, "forgotten after the reset")
+	assert.LessOrEqual(t, len(b.maps[0].earlier), maxEncodedAddresses)
+
 	b.encode = func(cuda.TensorMapDesc, cuda.DevicePtr) (cuda.TensorMap, error) {
 		return cuda.TensorMap{}, errdefs.Invalid("tensor map address", "0x50008", "must be a non-null multiple of 16")
 	}
 	io["weight"] = gpuBuffer{size: 4096, ptr: 0x50000 - 24}
-	err = b.resolve(io)
-	assert.ErrorIs(t, err, errdefs.ErrInvalidRequest)
-	assert.Contains(t, err.Error(), "io.weight")
+	assertFieldError(t, b.resolve(io), "io.weight", "0x50008")
+
+	// A driver that cannot encode fails the load, naming the fixed buffer,
+	// and keeps its error class.
+	b, _, err = newPlanBindings(params, fixed, map[string]int64{"y": 64})
+	require.NoError(t, err)
+	b.encode = func(cuda.TensorMapDesc, cuda.DevicePtr) (cuda.TensorMap, error) {
+		return cuda.TensorMap{}, errdefs.Unsupported("cuda driver has no cuTensorMapEncodeTiled (added in CUDA 12.0)")
+	}
+	err = b.encodeFixed()
+	assert.ErrorIs(t, err, errdefs.ErrUnsupported)
+	assert.Contains(t, err.Error(), "fixed.weight")
 }
 
 // A plan launch's shape, shared memory and early start reach the driver's

@@ -19,7 +19,7 @@ import (
 // Test plugins are the test binary started under another name; the name
 // says how it misbehaves.
 const (
-	pluginProto2   = "proto2"   // speaks protocol version 2
+	pluginProto2   = "proto2"   // speaks the protocol version after the SDK's
 	pluginWrong    = "wrong"    // candidate "wrong" gets one element wrong
 	pluginOracle   = "oracle"   // candidate "oracle": the float64 reference, correct
 	pluginBadPlan  = "badplan"  // candidate "badplan" exports a launch plan naming an unknown buffer
@@ -33,7 +33,7 @@ func serveTestPlugin(name string) {
 	opts := sdk.Options{Name: name, Version: "test"}
 	switch name {
 	case pluginProto2:
-		opts.ProtocolVersion = 2
+		opts.ProtocolVersion = sdk.ProtocolVersion + 1
 		sdk.Serve(opts, refcandidate.Candidate{Name: "proto2-oracle"})
 	case pluginWrong:
 		sdk.Serve(opts, refcandidate.Candidate{Name: "wrong", Corrupt: true})

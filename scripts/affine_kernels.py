@@ -211,9 +211,11 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
                 mt: int | None = None, cw: int = 8, seg: int = 512, ns: int | None = None, bps: int = 1,
                 fp16: int | None = None, parts: int | None = None) -> dict | None:
     """Macros for affine_bulk (decode, tokens 1..8, 4 or 8 bits), or None when it does not apply.
-    By default its fastest variant on the H200 (bench/NOTES.md, seventh session): 32-row tiles,
-    8 consumer warps, 512-byte row pieces, 8 stages, and fp16 operands with x resident at 4 bits
-    when in_features <= 8192 (beyond, converting x up front costs more than it saves).
+    By default its fastest variant on the H200 (bench/NOTES.md, seventh and eighth sessions):
+    32-row tiles unless 16 leave a shorter last wave, 8 consumer warps, 512-byte row pieces, as
+    many stages as fit, stages in two parts where blocks take several tiles, and fp16 operands
+    with x resident at 4 bits when in_features <= 8192 (beyond, converting x up front costs
+    more than it saves).
 
     seg: packed bytes of each row per stage (U = seg / bytes per group, a
     multiple of 8 from 8 to 64 that divides the row's groups: else half or a
@@ -299,7 +301,7 @@ def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
 
 def bulk_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
     """(grid, block, dynamic shared bytes) for affine_bulk: resident blocks that walk the tiles,
-    CW consumer warps and one producer warp."""
+    CW consumer warps and one producer warp per part (PARTS)."""
     tiles = -(-out_f // (16 * cfg["MT"]))
     grid = (min(tiles, cfg.get("_GRID") or SMS * cfg.get("_BPS", 1)), 1, 1)
     return grid, (32 * (cfg["CW"] + cfg.get("PARTS", 1)), 1, 1), bulk_smem_bytes(cfg, in_f)

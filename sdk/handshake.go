@@ -9,8 +9,10 @@ import (
 )
 
 // ProtocolVersion is the plugin protocol this SDK speaks. The host refuses a
-// plugin that speaks another.
-const ProtocolVersion = 1
+// plugin that speaks another. Version 2 added tensor-map parameters to
+// launch plans (Param.tensor_map), which a version-1 host would have taken
+// for pointers.
+const ProtocolVersion = 2
 
 // PluginName is the name under which a plugin binary serves its kernels.
 const PluginName = "kernels"

@@ -65,7 +65,12 @@ type Launch struct {
 	// weights nothing earlier writes) overlaps the earlier work. The
 	// host's correctness checks run each launch after the work ahead has
 	// finished, so they cannot catch a missing wait: it is the kernel
-	// author's to get right.
+	// author's to get right. Fixed bindings (weights) count as written by
+	// nothing ahead: the host fills them before any run and never from a
+	// kernel, so a kernel may read them before its wait. Read what earlier
+	// work writes with coherent loads, not ld.global.nc: ptxas may move a
+	// non-coherent load, whose data it may assume constant for the
+	// kernel's life, above the wait.
 	Programmatic bool
 }
 
@@ -88,7 +93,9 @@ func BufferParam(name string) Param { return Param{Buffer: name} }
 
 // TensorMapParam binds a kernel's CUtensorMap parameter to a view of a
 // buffer (see Param.TensorMap).
-func TensorMapParam(name string, m cuda.TensorMapDesc) Param { return Param{Buffer: name, TensorMap: &m} }
+func TensorMapParam(name string, m cuda.TensorMapDesc) Param {
+	return Param{Buffer: name, TensorMap: &m}
+}
 
 // Int32Param is an immediate int32 parameter.
 func Int32Param(v int32) Param {

@@ -163,9 +163,8 @@ func validateLaunch(field string, l Launch, modules map[string]bool, bindings ma
 // tensorMapAlign is a CUtensorMap parameter's alignment.
 const tensorMapAlign = 64
 
-// validateTensorMap checks a tensor-map parameter: a buffer binding, a
-// description the driver takes, a 16-byte aligned offset, and a tensor that
-// lies inside the binding.
+// validateTensorMap checks a tensor-map parameter of a plan: a buffer
+// binding, then CheckTensorMap against the binding's size.
 func validateTensorMap(pf string, prm Param, bindings map[string]int64) error {
 	if prm.Buffer == "" {
 		return planError(pf+".buffer", "", "a tensor map needs a buffer to view")
@@ -174,19 +173,27 @@ func validateTensorMap(pf string, prm Param, bindings map[string]int64) error {
 	if !ok {
 		return planError(pf+".buffer", prm.Buffer, "no such binding (have %s)", bindingNames(bindings))
 	}
+	return CheckTensorMap(pf, prm, size)
+}
+
+// CheckTensorMap checks a tensor-map parameter (field names it in errors)
+// against the size of the buffer it views: a description the driver takes,
+// an offset on a 16-byte boundary inside the buffer, and a tensor that ends
+// inside it.
+func CheckTensorMap(field string, prm Param, size int64) error {
 	m := *prm.TensorMap
-	if err := m.Check(pf + ".tensor_map"); err != nil {
+	if err := m.Check(field + ".tensor_map"); err != nil {
 		var fe *errdefs.FieldError
 		if errors.As(err, &fe) {
 			return planError(fe.Field, fe.Value, "%s", fe.Reason)
 		}
 		return err
 	}
-	if prm.Offset < 0 || prm.Offset%16 != 0 {
-		return planError(pf+".offset", prm.Offset, "a tensor map starts on a 16-byte boundary")
+	if prm.Offset < 0 || prm.Offset%16 != 0 || prm.Offset > size {
+		return planError(field+".offset", prm.Offset, "a tensor map starts on a 16-byte boundary inside %s (%d bytes)", prm.Buffer, size)
 	}
-	if end := prm.Offset + m.Extent(); end > size {
-		return planError(pf+".tensor_map", m.Dims, "reaches byte %d of %s, which has %d", end, prm.Buffer, size)
+	if extent := m.Extent(); extent > size-prm.Offset {
+		return planError(field+".tensor_map", m.Dims, "reaches byte %d of %s, which has %d", prm.Offset+min(extent, size), prm.Buffer, size)
 	}
 	return nil
 }

@@ -65,6 +65,8 @@ func TestValidateLaunchPlanRejectsEachMalformedKind(t *testing.T) {
 		{"tensor map with a bad box", func(p *LaunchPlan) { p.Launches[0].Params[5].TensorMap.Box[1] = 300 }, "launches[0].params[5].tensor_map.box[1]"},
 		{"tensor map past the buffer's end", func(p *LaunchPlan) { p.Launches[0].Params[5].Offset = 16 }, "launches[0].params[5].tensor_map"},
 		{"tensor map off a 16-byte boundary", func(p *LaunchPlan) { p.Launches[0].Params[5].Offset = 8 }, "launches[0].params[5].offset"},
+		{"tensor map offset that wraps", func(p *LaunchPlan) { p.Launches[0].Params[5].Offset = 0x7FFFFFFFFFFFFFF0 }, "launches[0].params[5].offset"},
+		{"tensor map before its buffer", func(p *LaunchPlan) { p.Launches[0].Params[5].Offset = -16 }, "launches[0].params[5].offset"},
 		{"tensor map and scalar", func(p *LaunchPlan) { p.Launches[0].Params[5].Scalar = []byte{1} }, "launches[0].params[5]"},
 		{"too many parameters", func(p *LaunchPlan) {
 			for len(p.Launches[0].Params) <= MaxParams {

@@ -35,7 +35,7 @@ const (
 	BadDescription = "bad-description" // describes two fallbacks for one family
 	FailExecute    = "fail-execute"    // every Execute fails with an internal error
 	LostContext    = "lost-context"    // every Execute fails with a sticky CUDA error (illegal address), as a faulting kernel would
-	ProtoV2        = "proto-v2"        // speaks protocol version 2
+	ProtoNext      = "proto-next"      // speaks the protocol version after the SDK's
 )
 
 func main() {
@@ -66,14 +66,14 @@ func main() {
 		cand.BeforeExecute = func() error { return errors.New("fault injection: execute failed") }
 	case LostContext:
 		cand.BeforeExecute = func() error { return cuda.Result(700) } // CUDA_ERROR_ILLEGAL_ADDRESS
-	case KillBenchmark, LyingBenchmark, BadDescription, ProtoV2:
+	case KillBenchmark, LyingBenchmark, BadDescription, ProtoNext:
 	default:
 		fmt.Fprintf(os.Stderr, "faultplugin: unknown fault %q\n", fault)
 		os.Exit(3)
 	}
 	opts := sdk.Options{Name: fault, Version: "fault"}
-	if fault == ProtoV2 {
-		opts.ProtocolVersion = 2
+	if fault == ProtoNext {
+		opts.ProtocolVersion = sdk.ProtocolVersion + 1
 	}
 	logger := sdk.PluginLogger(fault)
 	rt, err := sdk.NewRuntime(opts.Name, opts.Version, logger, cand)

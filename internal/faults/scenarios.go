@@ -31,7 +31,7 @@ func Scenarios() []Scenario {
 		{"lost-context", "every execution fails with a sticky CUDA error (a faulting kernel's illegal address)", faultDuringTuning("lost-context")},
 		{"bad-description", "plugin describes two fallbacks for one family", refusedAtStart("bad-description")},
 		{"checksum-mismatch", "SHA256SUMS pins another digest for gemv", checksumMismatch},
-		{"version-mismatch", "plugin speaks protocol version 2", refusedAtStart("proto-v2")},
+		{"version-mismatch", "plugin speaks the next protocol version", refusedAtStart("proto-next")},
 		{"corrupt-cache", "plan cache file is not JSON", corruptCache},
 		{"unwritable-cache", "plan cache path cannot be written", unwritableCache},
 		{"chaos", "64 goroutines plan and run 8 requests while plugins are SIGKILLed at random", chaos},

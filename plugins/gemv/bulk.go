@@ -22,9 +22,9 @@ var bulkSource = gpukernel.Source{Name: "bulk.cu", Code: bulkCode}
 
 const bulkEntry = "affine_bulk"
 
-// gemvBulk is the third decode candidate: kernels/bulk.cu, in which one
-// warp feeds a block-wide ring of shared memory with Hopper tensor copies
-// (TMA) and the other warps only compute. It needs compute capability 9.0
+// gemvBulk is the third decode candidate: kernels/bulk.cu, in which
+// producer warps feed a block-wide ring of shared memory with Hopper tensor
+// copies (TMA) and the other warps only compute. It needs compute capability 9.0
 // and tensor maps of the weights, which the host encodes at bind time. It
 // serves one token: at 4 and 8 tokens it was slower than gemv/tensor-core
 // on every shape measured (bench/NOTES.md, seventh session).

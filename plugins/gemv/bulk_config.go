@@ -12,7 +12,7 @@ import (
 type bulkConfig struct {
 	Bits, Group int
 	MT          int  // 16-row m-tiles per tile
-	CW          int  // consumer warps (one producer warp besides)
+	CW          int  // consumer warps (and one producer warp per part)
 	U           int  // groups per ring stage
 	NS          int  // ring stages, a multiple of CW
 	XT          int  // token rows of x (the token count)

@@ -5,7 +5,7 @@
 // a Go version of the same method. Two more candidates run on the GPU only:
 // gemv/tensor-core streams 4- and 8-bit weights through the tensor cores,
 // and gemv/bulk (one token, Hopper) feeds the same arithmetic with tensor
-// copies from a producer warp. The host times them all and keeps the
+// copies from producer warps. The host times them all and keeps the
 // fastest per shape.
 package main
 

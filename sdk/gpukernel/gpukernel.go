@@ -213,11 +213,8 @@ func (k *Kernel) Run(l Launch, buffers map[string]device.Buffer) error {
 			args.Pointer(addr)
 			continue
 		}
-		if err := p.TensorMap.Check(fmt.Sprintf("params[%d].tensor_map", i)); err != nil {
+		if err := sdk.CheckTensorMap(fmt.Sprintf("%s.params[%d]", k.Entry, i), p, b.Size()); err != nil {
 			return err
-		}
-		if end := p.Offset + p.TensorMap.Extent(); end > b.Size() {
-			return errdefs.Invalid("buffers."+p.Buffer, b.Size(), "parameter %d of %s views %d bytes of it", i, k.Entry, end)
 		}
 		m, err := k.dev.Context().EncodeTensorMap(*p.TensorMap, addr)
 		if err != nil {

@@ -202,8 +202,8 @@ KC_DEV void kc_cp4(u32 dst, const void* src) {
 }
 KC_DEV void kc_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Programmatic dependent launch (sm_90; nothing before): the plans launch
-// the kernel with early start, so it may begin while the kernel ahead
-// finishes. It releases its own dependents at its start, puts its first
+// the kernel with early start where StreamConfig.EarlyStart says (decode,
+// x read from memory), so it may begin while the kernel ahead finishes. It releases its own dependents at its start, puts its first
 // steps' weights (which nothing ahead writes) in flight, and waits for the
 // grid ahead (completed, its writes visible) before it reads x; every store
 // of y follows that wait. Both are no-ops in an ordinary launch.

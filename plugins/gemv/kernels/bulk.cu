@@ -1,7 +1,8 @@
 // bulk.cu: decode kernel for the affine family (MLX affine-quantised
-// weights) in which copying and computing are separate warps. One producer
-// warp keeps a block-wide ring of shared-memory stages full with tensor
-// copies (TMA); the consumer warps only compute. The gemv plugin serves it
+// weights) in which copying and computing are separate warps. A producer
+// warp (one per part of a stage, see PARTS) keeps a block-wide ring of
+// shared-memory stages full with tensor copies (TMA); the consumer warps
+// only compute. The gemv plugin serves it
 // as its gemv/bulk candidate at 1 token, the only count that candidate
 // admits; the kernel is correct for 1..8 tokens (scripts/affine_kernels.py
 // tests them).
@@ -99,6 +100,8 @@
 //          16 were slower)
 //   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
 //          where it is stuck and traps, so a hang becomes a launch error
+//          (under early start the first wait also covers the kernel ahead:
+//          the harness's correctness runs launch one kernel at a time)
 //
 // LAUNCH (scripts/affine_kernels.py bulk_config / bulk_launch; the Go side
 // mirrors them)
@@ -135,8 +138,8 @@
 //   A block walks its tiles in order, each in NCH = in/(U*GROUP) chunks of
 //   U groups; chunk c of the block's k-th tile is stage number
 //   i = k*NCH + c, held in ring slot i % NS and consumed by warp i % CW.
-//   Lane 0 of the producer warp fills a slot once its previous use is
-//   released: SEG/128 weight boxes of [TR rows][128 bytes], the scale and
+//   Lane 0 of the producer warp (of each part's) fills a slot once its
+//   previous use is released: SEG/128 weight boxes of [TR rows][128 bytes], the scale and
 //   bias boxes, and (without FP16) x by one bulk copy per token row, all
 //   counted in bytes on the slot's full barrier. The weights land 128-byte
 //   swizzled (16-byte chunk c of row r at chunk c ^ (r % 8)), so fragment
