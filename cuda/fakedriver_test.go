@@ -46,6 +46,17 @@ func TestFakeOldDriverLacksParamInfo(t *testing.T) {
 	}
 }
 
+// TestFakeOldDriverLacksTensorMaps poses as a CUDA 11.8 driver, which has
+// no cuTensorMapEncodeTiled: the driver must still load, and encoding must
+// be unsupported rather than fail or crash.
+func TestFakeOldDriverLacksTensorMaps(t *testing.T) {
+	library := buildFakeDriver(t, "-DFAKECUDA_DRIVER_VERSION=11080")
+	out := runGPUTests(t, library, "^TestGPU(TensorMapEncodingFollowsTheDriver|MemoryRoundTrip)$")
+	if requirePassed(t, out, func(string) bool { return false }) != 2 || !strings.Contains(out, "no cuTensorMapEncodeTiled") {
+		t.Errorf("want both tests to pass, encoding as unsupported:\n%s", out)
+	}
+}
+
 // buildFakeDriver compiles the fake libcuda.so.1 with the given extra
 // compiler flags, or skips the test, saying why it cannot.
 func buildFakeDriver(t *testing.T, flags ...string) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/kcand/kcand/sdk/device"
@@ -136,4 +137,25 @@ func allocBytes(t *testing.T, d *Device, n int) device.Buffer {
 	}
 	t.Cleanup(func() { d.Free(b) })
 	return b
+}
+
+// Encoding follows the driver: it works from CUDA 12.0, and before that it
+// is unsupported (errdefs.ErrUnsupported, naming the entry point), not a
+// crash. TestFakeOldDriverLacksTensorMaps runs this against a fake CUDA
+// 11.8 driver.
+func TestGPUTensorMapEncodingFollowsTheDriver(t *testing.T) {
+	d := requireDevice(t)
+	b := allocBytes(t, d, 4096)
+	desc := TensorMapDesc{DataType: TensorU32, Dims: []uint64{32, 32}, Strides: []uint64{128}, Box: []uint32{32, 8}}
+	_, err := d.Context().EncodeTensorMap(desc, DevicePtr(b.(device.DeviceMemory).DevicePointer()))
+	if v := d.Info().DriverVersion; v < 12000 {
+		if !errors.Is(err, errdefs.ErrUnsupported) || !strings.Contains(err.Error(), "cuTensorMapEncodeTiled") {
+			t.Fatalf("CUDA %s driver: %v, want unsupported naming cuTensorMapEncodeTiled", d.Info().DriverVersionString(), err)
+		}
+		t.Logf("CUDA %s driver: %v", d.Info().DriverVersionString(), err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("CUDA %s driver: %v", d.Info().DriverVersionString(), err)
+	}
 }
