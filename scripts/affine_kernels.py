@@ -1277,6 +1277,7 @@ WG_TOKENS = (256, 4096)
 WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
 WG_PDL = True         # --no-pdl: launch the wgmma path's kernels, the bulk and the stream kernel without early start
+TMA_L2PROMO = 2        # --tma-l2: the tensor maps' L2 promotion (CU_TENSOR_MAP_L2_PROMOTION_*: 0 none, 1 64B, 2 128B as the plugin, 3 256B)
 STREAM_PDL_TOKENS = 8  # --stream-pdl-tokens: the most tokens the stream kernel starts early at (Go: StreamConfig.EarlyStart)
 
 
@@ -1317,7 +1318,7 @@ class TensorMap:
     .map lives in this object's buffer: keep the TensorMap alive while .map is passed to launches."""
 
     def __init__(self, ptr: int, dtype: int, inner: int, rows: int, row_bytes: int, box_inner: int, box_rows: int,
-                 swizzle: int = 0, l2promo: int = 2):
+                 swizzle: int = 0, l2promo: int | None = None):
         self._buf = ctypes.create_string_buffer(128 + 64)
         addr = (ctypes.addressof(self._buf) + 63) // 64 * 64
         self.map = (ctypes.c_uint64 * 16).from_address(addr)
@@ -1326,7 +1327,7 @@ class TensorMap:
         box = (ctypes.c_uint32 * 2)(box_inner, box_rows)
         es = (ctypes.c_uint32 * 2)(1, 1)
         r = _libcuda().cuTensorMapEncodeTiled(addr, dtype, 2, ctypes.c_void_p(ptr), dims, strides, box, es,
-                                              0, swizzle, l2promo, 0)
+                                              0, swizzle, TMA_L2PROMO if l2promo is None else l2promo, 0)
         if r != 0:
             raise RuntimeError(f"cuTensorMapEncodeTiled failed: CUresult {r} (dims {inner}x{rows}, box {box_inner}x{box_rows})")
 
@@ -1520,11 +1521,14 @@ def main():
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     ap.add_argument("--no-pdl", action="store_true",
                     help="launch the wgmma path's main kernel and reduction, the bulk and the stream kernel without early start (the plugins use it)")
+    ap.add_argument("--tma-l2", type=int, choices=(0, 1, 2, 3), default=2,
+                    help="L2 promotion of the bulk kernel's tensor maps (0 none, 1 64B, 2 128B as the plugin, 3 256B)")
     ap.add_argument("--stream-pdl-tokens", type=int, default=8,
                     help="the most tokens at which the stream kernel is launched with early start (the plugins: 8)")
     args = ap.parse_args()
-    global KERNELS, WG_PDL, STREAM_PDL_TOKENS
+    global KERNELS, WG_PDL, STREAM_PDL_TOKENS, TMA_L2PROMO
     STREAM_PDL_TOKENS = args.stream_pdl_tokens
+    TMA_L2PROMO = args.tma_l2
     KERNELS = tuple(args.kernel or ())
     WG_PDL = not args.no_pdl
     global STREAM_ONLY, BENCH_TOKENS, BENCH_SHAPES
