@@ -51,8 +51,9 @@ func planError(field string, value any, format string, args ...any) error {
 // grid and block within limits and shared memory within the device's
 // maximum, and every parameter is either a pointer into a binding of
 // bindings (name → size in bytes) at an offset inside it, a tensor map whose
-// tensor lies inside one, or an immediate of 1, 2, 4 or 8 bytes. What needs the device (the function exists, its
-// parameter sizes, its shared-memory limit) is checked when it is loaded.
+// tensor lies inside one, or an immediate of 1, 2, 4 or 8 bytes. What needs
+// the device (the function exists, its parameter sizes, its shared-memory
+// limit) is checked when it is loaded.
 func ValidateLaunchPlan(p *LaunchPlan, known func(hash string) bool, bindings map[string]int64, limits device.Limits) error {
 	if p == nil || len(p.Launches) == 0 {
 		return planError("launches", 0, "a launch plan needs at least one launch")
