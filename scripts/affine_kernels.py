@@ -4,7 +4,7 @@
     plugins/gemv/kernels/gemv.cu   affine_gemv  (decode, tokens 1..8)
     plugins/qmm/kernels/qmm.cu     affine_qmm   (tensor cores, any token count)
     internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
-    plugins/gemv/kernels/bulk.cu   affine_bulk  (4/8-bit decode fed by tensor copies, 1..8
+    plugins/gemv/kernels/bulk.cu   affine_bulk  (4/8-bit weights fed by tensor copies, 1..16
                                    tokens; the gemv plugin's gemv/bulk candidate serves it at 1 token)
     plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, int4 g64, 33+ tokens)
 
@@ -58,7 +58,7 @@ KERNELS = ()              # --kernel filter: () = all five
 STREAM_ONLY = False       # --sweep times alternative configs of affine_stream only
 STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB, XT)] replacing the stream sweep
 STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
-BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FP16)] timed with --sweep
+BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FP16, PARTS)] timed with --sweep
 BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes (e.g. UNR=2)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
@@ -208,49 +208,58 @@ BULK_MAX_SMEM = 227 * 1024
 
 
 def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
-                mt: int | None = None, cw: int = 8, seg: int = 512, ns: int | None = None, bps: int = 1,
+                mt: int | None = None, cw: int = 8, seg: int | None = None, ns: int | None = None, bps: int = 1,
                 fp16: int | None = None, parts: int | None = None) -> dict | None:
-    """Macros for affine_bulk (decode, tokens 1..8, 4 or 8 bits), or None when it does not apply.
-    By default its fastest variant on the H200 (bench/NOTES.md, seventh and eighth sessions):
-    32-row tiles unless 16 leave a shorter last wave, 8 consumer warps, 512-byte row pieces, as
-    many stages as fit, stages in two parts where blocks take several tiles, and fp16 operands
-    with x resident at 4 bits when in_features <= 8192 (beyond, converting x up front costs
-    more than it saves).
+    """Macros for affine_bulk (tokens 1..16, 4 or 8 bits), or None when it does not apply.
+    By default its fastest variant on the H200 at one token (bench/NOTES.md, seventh to ninth
+    sessions): 64-row tiles when 16-row ones would leave no shorter last wave (4 bits, groups
+    <= 64), else 32-row
+    unless 16 leave a shorter last wave; 8 consumer warps; 512-byte row pieces (256 with
+    64-row tiles, or above 8 tokens); as many stages as fit; stages in two parts where blocks
+    take several tiles or tiles have 64 rows; and fp16 operands with x resident at 4 bits
+    when in_features <= 8192 and tokens <= 8 (beyond, converting x up front costs more than
+    it saves, or x does not fit). Above one token the kernel is correct but slower than the
+    stream kernel (ninth session: 16 tokens 95-150 us at the 132 MB shapes against 70).
 
     seg: packed bytes of each row per stage (U = seg / bytes per group, a
     multiple of 8 from 8 to 64 that divides the row's groups: else half or a
-    quarter of it, else twice it). mt: 16-row m-tiles per tile; by
-    default 2 unless that leaves a longer last wave of tiles than 1.
+    quarter of it, else twice it). mt: 16-row m-tiles per tile (above).
     ns: ring stages, a multiple of cw; by default as many as fit (at most 16;
     cw halves when not even cw stages fit). bps: resident
     blocks per SM the grid is sized for (the '_BPS' entry, not a macro; a
     '_GRID' entry caps the grid, so that blocks take many tiles).
     fp16: fp16 operands, x converted once per block by the consumer warps and kept resident
     (4 bits only). parts: copies per stage, each released once used (PARTS); by default 2
-    when blocks take several tiles and a stage halves into whole swizzled lines, else 1
-    (eighth session: 2 shortens 8192->28672 from 37.4 to 35.3 us and 4096->14336 from
-    16.2 to 14.3, but lengthens the one-tile-per-block shapes by 0.2-1 us; 4 is slower
-    than 2). Contradictory settings (also through --bulk-over) give None."""
-    if bits not in (4, 8) or not 1 <= tokens <= 8 or in_f % group or out_f % 8:
+    when blocks take several tiles or tiles have 64 rows, and a stage halves into whole
+    swizzled lines, else 1 (eighth session: 2 shortens 8192->28672 from 37.4 to 35.3 us and
+    4096->14336 from 16.2 to 14.3, but lengthens 32-row one-tile-per-block shapes by 0.2-1
+    us; ninth: 28672->8192 in 64-row tiles 37.1 -> 35.1; 4 is slower than 2).
+    Contradictory settings (also through --bulk-over) give None."""
+    if bits not in (4, 8) or not 1 <= tokens <= 16 or in_f % group or out_f % 8:
         return None
     sms = sms or SMS
+    if mt is None:
+        g = sms * bps
+        t1, t2, t4 = -(-out_f // 16), -(-out_f // 32), -(-out_f // 64)
+        # 64-row tiles only where 256-byte row pieces exist (4 bits, groups <= 64), so that eight
+        # warps' stages still fit
+        wide = bits == 4 and group <= 64 and -(-t4 // g) * 4 <= -(-t1 // g)
+        mt = 4 if wide else 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
+    if seg is None:   # 64-row tiles, or x outweighing the weights (above 8 tokens): half the row pieces
+        seg = 256 if mt == 4 or tokens > 8 else 512
     groups = in_f // group
     gbytes = group * bits // 8
     want = max(8, seg // gbytes // 8 * 8)
     u = next((v for v in (want, want // 2, want // 4, want * 2) if 8 <= v <= 64 and v % 8 == 0 and groups % v == 0), None)
     if u is None:
         return None
-    if mt is None:
-        g = sms * bps
-        t1, t2 = -(-out_f // 16), -(-out_f // 32)
-        mt = 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
     cfg = dict(BITS=bits, GROUP=group, MT=mt, CW=cw, U=u, NS=cw, XT=tokens, _BPS=bps)
     if parts is None:
-        parts = 2 if -(-out_f // (16 * mt)) > sms * bps and u * gbytes % 256 == 0 else 1
+        parts = 2 if (-(-out_f // (16 * mt)) > sms * bps or mt == 4) and u * gbytes % 256 == 0 else 1
     if parts > 1:
         cfg["PARTS"] = parts
     if fp16 is None:
-        fp16 = int(bits == 4 and in_f <= 8192)
+        fp16 = int(bits == 4 and in_f <= 8192 and tokens <= 8)
     if fp16:
         if bits != 4:
             return None
@@ -296,7 +305,8 @@ def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
     nsbuf = 2 if parts > 1 else 1
     stage = -(-(tr * seg + nsbuf * 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
     resident = cfg["XT"] * (2 * in_f + 16) + 16 * (in_f // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
-    return ns * stage + ns * 4 * 8 * tr + -(-4 * ns // 16) * 16 + 16 * ns * parts + 1024 + resident
+    nt = -(-cfg["XT"] // 8)   # n-tiles of 8 tokens: one tile's sums are [8*nt][tr] floats
+    return ns * stage + ns * 4 * 8 * nt * tr + -(-4 * ns // 16) * 16 + 16 * ns * parts + 1024 + resident
 
 
 def bulk_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
@@ -857,6 +867,19 @@ def bulk_correctness_cases():
         (8192, 1000, 4, 64, True, 3, dict(mt=2, _GRID=5, parts=4)),
         (2048, 1032, 8, 64, True, 2, dict(_GRID=3, parts=2)),
         (4096, 4104, 4, 32, True, 1, dict(fp16=1, _GRID=7, parts=4)),
+        # 9..16 tokens: two n-tiles of 8 (the second partly empty below 16)
+        (4096, 4104, 4, 64, True, 16, {}),
+        (8192, 1000, 4, 64, False, 11, dict(mt=2, _GRID=5, parts=2)),
+        (2048, 1032, 8, 32, True, 16, dict(_GRID=3)),
+        (1024, 3072, 4, 64, True, 9, dict(mt=1, _GRID=5, ns=8)),
+        (2048, 1000, 4, 128, False, 13, dict(fp16=1, cw=4)),
+        (4096, 4104, 4, 64, True, 16, dict(fp16=1, cw=4, _GRID=7)),
+        (14336, 4096, 4, 64, True, 16, {}),
+        # chunks walked from a per-block start (ROT)
+        (8192, 4104, 4, 64, True, 1, dict(_GRID=11, ROT=1)),
+        (4096, 4104, 4, 64, True, 16, dict(_GRID=7, parts=2, ROT=1)),
+        (4096, 4104, 4, 32, True, 3, dict(fp16=1, _GRID=7, ROT=1)),
+        (3072, 776, 8, 64, True, 8, dict(ROT=1)),
     ]
     return cases
 
@@ -867,11 +890,12 @@ def run_bulk_correctness() -> bool:
     cfgs = []
     for in_f, out_f, b, g, bias, t, over in cases:
         grid = over.get("_GRID")
-        kw = {k: v for k, v in over.items() if not k.startswith("_")}
+        kw = {k: v for k, v in over.items() if k.islower()}
         kw.setdefault("fp16", 0)   # the fp16 variant where a case asks for it
         c = bulk_config(b, g, t, in_f, out_f, **kw)
         if c is None:
             raise SystemExit(f"bulk case {in_f}->{out_f} q{b} g{g} t={t} {over}: no config")
+        c.update({k: v for k, v in over.items() if k.isupper() and not k.startswith("_")})   # macros
         if grid:
             c["_GRID"] = grid
         c["KC_HANG_TRAP"] = 1   # a stuck barrier wait traps instead of hanging the run
@@ -1069,7 +1093,7 @@ def target_mark(kind, in_f, out_f, t, sp, bw):
     if kind.startswith(("gemv", "stream", "bulk")) and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
         ok = sp >= 3.2 and bw >= 0.85 * PEAK_BW
         return f"{'MET ' if ok else 'MISS'} (>=3.2x and >=3.66 TB/s)"
-    if kind.startswith(("qmm", "stream", "wg")):
+    if kind.startswith(("qmm", "stream", "wg", "bulk")):
         need = {16: 2.5, 256: 1.0, 4096: 0.8}.get(t)
         if need is not None:
             return f"{'MET ' if sp >= need else 'MISS'} (>={need}x)"
@@ -1110,9 +1134,9 @@ def sweep_configs(bits, group, t, in_f, out_f):
                             out.append(("stream", STREAM_CU, c))
     bbase = bulk_config(bits, group, t, in_f, out_f)
     if BULK_CONFIGS and bbase:
-        for mt, cw, seg, ns, bps, fp16 in BULK_CONFIGS:
-            c = bulk_config(bits, group, t, in_f, out_f, mt=mt or None, cw=cw, seg=seg, ns=ns or None, bps=bps,
-                            fp16=None if fp16 < 0 else fp16)
+        for mt, cw, seg, ns, bps, fp16, parts in BULK_CONFIGS:
+            c = bulk_config(bits, group, t, in_f, out_f, mt=mt or None, cw=cw, seg=seg or None, ns=ns or None, bps=bps,
+                            fp16=None if fp16 < 0 else fp16, parts=parts or None)
             if c and c != bbase:
                 out.append(("bulk", BULK_CU, c))
     if STREAM_ONLY:
@@ -1511,8 +1535,8 @@ def main():
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB[:XT]],... (XT -1: x through the ring) "
                     "timed instead of the built-in stream sweep")
-    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FP16]],... "
-                    "(MT 0 / NS 0: the rule's choice; BPS default 1; FP16 0 off, 1 on, -1 or absent the rule's choice)")
+    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FP16[:PARTS]]],... "
+                    "(MT 0 / NS 0 / SEG 0 / PARTS 0: the rule's choice; BPS default 1; FP16 0 off, 1 on, -1 or absent the rule's choice)")
     ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. UNR=2)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
@@ -1539,9 +1563,9 @@ def main():
                           for c in args.stream_configs.split(",")]
     if args.bulk_configs:
         global BULK_CONFIGS
-        if any(not 4 <= len(c.split(":")) <= 6 for c in args.bulk_configs.split(",")):
-            ap.error("--bulk-configs entries are MT:CW:SEG:NS[:BPS[:FP16]]")
-        BULK_CONFIGS = [tuple(int(v) for v in c.split(":") + ["1", "-1"][len(c.split(":")) - 4:])
+        if any(not 4 <= len(c.split(":")) <= 7 for c in args.bulk_configs.split(",")):
+            ap.error("--bulk-configs entries are MT:CW:SEG:NS[:BPS[:FP16[:PARTS]]]")
+        BULK_CONFIGS = [tuple(int(v) for v in c.split(":") + ["1", "-1", "0"][len(c.split(":")) - 4:])
                         for c in args.bulk_configs.split(",")]
     if args.bulk_over:
         BULK_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.bulk_over.split(","))})

@@ -20,12 +20,13 @@ type bulkConfig struct {
 	Parts       int  // copies per stage, each released once used (1, 2 or 4)
 }
 
-// The bulk rule's constants: 512 packed bytes of each row per stage, 8
-// consumer warps, at most 16 stages, fp16 operands up to 8192 input
-// features (beyond, converting x up front costs more than it saves), and
-// the H100/H200's 227 KiB of opt-in shared memory per block.
+// The bulk rule's constants: 512 packed bytes of each row per stage (256
+// in 64-row tiles), 8 consumer warps, at most 16 stages, fp16 operands up
+// to 8192 input features (beyond, converting x up front costs more than it
+// saves), and the H100/H200's 227 KiB of opt-in shared memory per block.
 const (
 	bulkSegment     = 512
+	bulkWideSegment = 256
 	bulkWarps       = 8
 	bulkMaxStages   = 16
 	bulkMaxFP16In   = 8192
@@ -44,20 +45,20 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 	if req.Tokens < 1 || req.Tokens > 8 {
 		return bulkConfig{}, fmt.Sprintf("the bulk kernel serves 1 to 8 tokens, not %d", req.Tokens)
 	}
-	u := bulkGroupsPerStage(req.InFeatures/group, group*bits/8)
+	mt := bulkTileRows(req.OutFeatures, bits, group, max(sms, 1)) / 16
+	segment := bulkSegment
+	if mt == 4 {
+		segment = bulkWideSegment
+	}
+	u := bulkGroupsPerStage(req.InFeatures/group, group*bits/8, segment)
 	if u == 0 {
 		return bulkConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into stages of 8 to 64 groups", req.InFeatures/group)
 	}
-	// Two m-tiles per tile unless that leaves a longer last wave of tiles.
-	mt := 1
-	if g := max(sms, 1); ceilDiv(ceilDiv(req.OutFeatures, 32), g)*2 <= ceilDiv(ceilDiv(req.OutFeatures, 16), g) {
-		mt = 2
-	}
 	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bits == 4 && req.InFeatures <= bulkMaxFP16In, Parts: 1}
-	// Stages in two parts when blocks take several tiles (the refill of a
-	// stage's first half then overlaps the arithmetic of its second), and
-	// a stage halves into whole 128-byte lines.
-	if ceilDiv(req.OutFeatures, 16*mt) > sms && u*group*bits/8%256 == 0 {
+	// Stages in two parts when blocks take several tiles or tiles have 64
+	// rows (the refill of a stage's first half then overlaps the arithmetic
+	// of its second), and a stage halves into whole 128-byte lines.
+	if (ceilDiv(req.OutFeatures, 16*mt) > sms || mt == 4) && u*group*bits/8%256 == 0 {
 		cfg.Parts = 2
 	}
 	// The most stages that fit, a multiple of the consumer warps; fewer
@@ -78,11 +79,30 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 	return bulkConfig{}, fmt.Sprintf("no ring of stages fits %d bytes of shared memory", maxShared)
 }
 
-// bulkGroupsPerStage is U: the groups of 512-byte row pieces, rounded to a
-// multiple of 8, else half or a quarter of that, else twice it; it must be
-// a multiple of 8 from 8 to 64 that divides the row's groups (0: none).
-func bulkGroupsPerStage(groups, groupBytes int) int {
-	want := max(8, bulkSegment/groupBytes/8*8)
+// bulkTileRows is the rows of a tile for out output features on g
+// multiprocessors: 64 where 16-row tiles would leave no shorter last wave
+// (4 bits and groups of at most 64 only, whose 256-byte row pieces keep
+// eight warps' stages in shared memory), else 32 unless 16 leave a shorter
+// last wave. Each block then takes a whole share of the K range of its
+// tiles' rows (bench/NOTES.md, ninth session: 28672->8192 35.1 us in
+// 64-row tiles against 38.4 in 32-row ones).
+func bulkTileRows(out, bits, group, g int) int {
+	waves := func(rows int) int { return ceilDiv(ceilDiv(out, rows), g) * rows / 16 }
+	switch {
+	case bits == 4 && group <= 64 && waves(64) <= waves(16):
+		return 64
+	case waves(32) <= waves(16):
+		return 32
+	}
+	return 16
+}
+
+// bulkGroupsPerStage is U: the groups of segment-byte row pieces, rounded
+// to a multiple of 8, else half or a quarter of that, else twice it; it
+// must be a multiple of 8 from 8 to 64 that divides the row's groups (0:
+// none).
+func bulkGroupsPerStage(groups, groupBytes, segment int) int {
+	want := max(8, segment/groupBytes/8*8)
 	for _, u := range []int{want, want / 2, want / 4, want * 2} {
 		if u >= 8 && u <= 64 && u%8 == 0 && groups%u == 0 {
 			return u
@@ -93,7 +113,8 @@ func bulkGroupsPerStage(groups, groupBytes int) int {
 
 // sharedBytes is the launch's dynamic shared memory for in input features:
 // the ring's stages on 1024-byte boundaries (with two buffers of scales and
-// biases when a stage comes in parts), one accumulator per stage, the
+// biases when a stage comes in parts), one accumulator per stage (a float
+// per row and token of up to 8*ceil(XT/8) tokens), the
 // counters and a pair of barriers per stage and part, the alignment slack,
 // and with FP16 the resident x and its per-group constants.
 func (c bulkConfig) sharedBytes(in int) int {
@@ -111,7 +132,7 @@ func (c bulkConfig) sharedBytes(in int) int {
 		stage += c.XT * (2*c.U*c.Group + 16)
 	}
 	stage = ceilDiv(stage, 1024) * 1024
-	return c.NS*stage + c.NS*4*8*tr + ceilDiv(4*c.NS, 16)*16 + 16*c.NS*c.Parts + bulkSharedSlack + resident
+	return c.NS*stage + c.NS*4*8*ceilDiv(c.XT, 8)*tr + ceilDiv(4*c.NS, 16)*16 + 16*c.NS*c.Parts + bulkSharedSlack + resident
 }
 
 // defines are the kernel's -D macros.

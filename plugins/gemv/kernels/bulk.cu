@@ -4,7 +4,7 @@
 // shared-memory stages full with tensor copies (TMA); the consumer warps
 // only compute. The gemv plugin serves it
 // as its gemv/bulk candidate at 1 token, the only count that candidate
-// admits; the kernel is correct for 1..8 tokens (scripts/affine_kernels.py
+// admits; the kernel is correct for 1..16 tokens (scripts/affine_kernels.py
 // tests them).
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/g] * q[o][i] + biases[o][i/g])  (+ bias[o])
@@ -14,12 +14,15 @@
 // and the group's scale and bias folded in from the accumulator and an
 // x-sum mma; or (FP16) fp16 operands, below.
 //
-// Status (bench/NOTES.md, seventh and eighth sessions, H200, 1 token, int4
+// Status (bench/NOTES.md, seventh to ninth sessions, H200, 1 token, int4
 // g64): the copies alone move the weights at 4.14 TB/s. At 8192->28672 the
-// kernel takes 35.3-35.8 us with FP16 and stages in two parts (3.69 TB/s,
-// 3.06x the bf16 anchor's 109.4 us), 37.4-37.8 us in one part; the stream
-// kernel takes 42.4 us. FP16 is slower where in_features is large (14336,
-// 28672): every block converts the whole of x before it starts.
+// kernel takes 33.7-34.5 us with FP16, stages in two parts and early start
+// (3.8-3.9 TB/s), and 28672->8192 35.1 us in 64-row tiles; the stream
+// kernel takes 38.5-40.5 at both. FP16 is slower where in_features is
+// large (14336, 28672): every block converts the whole of x before it
+// starts. Above 8 tokens (two n-tiles) the kernel is correct but slower
+// than the stream kernel: its few consumer warps leave the latency of the
+// doubled arithmetic exposed.
 //
 // FP16 (4 bits): the consumer warps first convert x, once per block,
 // into shared memory that stays resident: per (token, group) sigma = the
@@ -85,8 +88,9 @@
 //          always follows one it consumed itself in the same slot (a
 //          parity wait cannot tell the phase it wants from the one before;
 //          with NS < CW a warp passed its first wait before any data came)
-//   XT     token rows of x a stage holds (1..8); the host passes the
-//          token count
+//   XT     token rows of x a stage holds (1..16); the host passes the
+//          token count. Tokens are the mma's B columns, in NT = ceil(XT/8)
+//          n-tiles of 8 that share each unpacked A fragment
 //   FP16   1: fp16 operands, x converted once per block and resident (4
 //          bits only; default 0): see "FP16" above
 //   PARTS  1 (default), 2 or 4: a stage is copied in PARTS parts, each with
@@ -113,7 +117,7 @@
 //   ..., so any grid >= 1 is correct.
 //   dynamic shared memory bytes (raise the function's maximum dynamic
 //   shared size to it) =
-//       NS*STAGE + NS*4*8*TR + 16*ceil(4*NS/16) + 16*NS*PARTS + 1024
+//       NS*STAGE + NS*4*8*NT*TR + 16*ceil(4*NS/16) + 16*NS*PARTS + 1024
 //     + (FP16 ? XT*(2*in+16) + 16*XT*(in/GROUP) : 0)
 //   with STAGE = roundup(TR*SEG + B*4*TR*U + (FP16 ? 0 : XT*(2*U*GROUP+16)), 1024),
 //   B = 2 scale buffers when PARTS > 1, else 1.
@@ -121,15 +125,18 @@
 //   kernel); the FP16 term is the resident x and its per-group constants.
 //
 // VARIANT CHOICE (scripts/affine_kernels.py: bulk_config)
-//   Served when BITS is 4 or 8, 1 <= tokens <= 8, in % GROUP == 0 and
-//   out % 8 == 0. U: with want = max(8, floor(512/(GROUP*BITS/8)/8)*8)
-//   (512-byte row pieces), the first of want, want/2, want/4, 2*want that
-//   is a multiple of 8 from 8 to 64 and divides in/GROUP (none: not
-//   served). MT = 2 if ceil(ceil(out/32)/G)*2 <= ceil(ceil(out/16)/G) with
-//   G = BPS*SMs, else 1. CW = 8; XT = tokens; FP16 = 1 when BITS == 4 and
-//   in <= 8192. PARTS = 2 when ceil(out/TR) > G (blocks take several tiles)
-//   and SEG % 256 == 0, else 1 (with one tile per block, 2 was 0.2-1 us
-//   slower; 4 is slower than 2). NS: the largest multiple of CW from 2 to 16 whose shared
+//   Served when BITS is 4 or 8, 1 <= tokens <= 16, in % GROUP == 0 and
+//   out % 8 == 0. With W(r) = ceil(ceil(out/r)/G)*r/16 (G = BPS*SMs), the
+//   16-row m-tiles of a tile's last wave: MT = 4 if BITS == 4, GROUP <= 64
+//   and W(64) <= W(16); else 2 if W(32) <= W(16); else 1. U: with
+//   want = max(8, floor(P/(GROUP*BITS/8)/8)*8) for row pieces of P = 256
+//   bytes (MT = 4 or tokens > 8) or 512, the first of want, want/2,
+//   want/4, 2*want that is a multiple of 8 from 8 to 64 and divides
+//   in/GROUP (none: not served). CW = 8; XT = tokens; FP16 = 1 when
+//   BITS == 4, in <= 8192 and tokens <= 8. PARTS = 2 when ceil(out/TR) > G
+//   (blocks take several tiles) or MT = 4, and SEG % 256 == 0, else 1
+//   (32-row tiles one per block: 2 was 0.2-1 us slower; 4 is slower than
+//   2). NS: the largest multiple of CW from 2 to 16 whose shared
 //   memory is at most 227 KiB (with BPS > 1 also (bytes+1024)*BPS <=
 //   228 KiB); when none fits, CW halves and the search repeats (none at
 //   CW = 1: not served).
@@ -145,16 +152,19 @@
 //   swizzled (16-byte chunk c of row r at chunk c ^ (r % 8)), so fragment
 //   reads hit distinct banks without padding. Rows past the end arrive as
 //   zeros and are never stored.
-//   A consumer adds its chunk's partial sums for the tile into a
-//   shared-memory accumulator (one per tile in flight, NS of them) and
-//   counts its chunk in; the warp that counts the tile's last chunk rounds
-//   the sums to bf16 (RNE), stores them, clears the accumulator and only
-//   then releases its slot (with PARTS > 1: its last part). The last part
-//   of a slot is refilled only after its previous stage is wholly
-//   released, and the producer of that part issues stages in order, so an
-//   accumulator is cleared before any chunk of the tile NS tiles later
-//   completes (that chunk's stage number is at least NS past the
-//   finisher's, and its consumer waits for its last part before adding).
+//   A consumer warp keeps its partial sums in registers over its
+//   consecutive chunks of a tile (i, i+CW, ... while they stay in the
+//   tile), releasing each slot once used. After its last chunk of the tile
+//   it adds the sums into a shared-memory accumulator (one per tile in
+//   flight, NS of them) and counts its chunks in; the warp whose count
+//   completes the tile rounds the sums to bf16 (RNE), stores them, clears
+//   the accumulator and only then releases the slot of that last chunk
+//   (with PARTS > 1: its last part). The last part of a slot is refilled
+//   only after its previous stage is wholly released, and the producer of
+//   that part issues stages in order, so an accumulator is cleared before
+//   any chunk of the tile NS tiles later completes (that chunk's stage
+//   number is at least NS past the finisher's last, and its consumer waits
+//   for its last part before adding).
 //   The first part's scale buffer alternates by round of the ring: a
 //   refill of the first part writes the buffer the stage NS earlier did
 //   not use, while that stage may still read its own.
@@ -196,9 +206,10 @@ typedef unsigned short u16;
 #error "PARTS must be 1, 2 or 4"
 #endif
 constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, not a macro
-#if XT < 1 || XT > 8
-#error "XT must be 1..8"
+#if XT < 1 || XT > 16
+#error "XT must be 1..16"
 #endif
+#define NT ((XT + 7) / 8)             // n-tiles of 8 tokens (the mma's B columns)
 
 #define VPT (GROUP / 4)              // values per lane, row and group
 #define WPT (VPT * BITS / 32)        // packed words per lane, row and group
@@ -230,7 +241,7 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #define NSBUF (PARTS > 1 ? 2 : 1)
 #define XOFF (SOFF + NSBUF * SBUF)
 #define STAGE ((XOFF + (FP16 ? 0 : XT * XSTRIDE) + 1023) / 1024 * 1024)   // FP16: x is resident, not staged
-#define RED_FLOATS (8 * TR)                  // one tile's sums: [8 tokens][TR rows]
+#define RED_FLOATS (8 * NT * TR)             // one tile's sums: [8*NT tokens][TR rows]
 #define RED_OFF (NS * STAGE)
 #define CNT_OFF (RED_OFF + NS * 4 * RED_FLOATS)
 #define BAR_OFF (CNT_OFF + ((4 * NS + 15) / 16) * 16)
@@ -453,7 +464,9 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     // Consumers.
     const int g = lane >> 2;
     const int tig = lane & 3;
-    const int xr = min(g, min(tokens, XT) - 1);         // this lane's B column: token g, clamped
+    int xr[NT];                                           // this lane's B columns: tokens g, g+8, clamped
+#pragma unroll
+    for (int n = 0; n < NT; ++n) xr[n] = min(g + 8 * n, min(tokens, XT) - 1);
     const u32 ones = 0x3F803F80u;
 #if BITS == 4
     const u32 ones_hi = ones;
@@ -528,16 +541,24 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");   // the consumer warps only
     }
 #endif
+    // A warp's sums for the tile it is in, over its consecutive chunks of
+    // that tile (`held` of them): they go to the tile's shared accumulator
+    // once, not after every chunk (bench/NOTES.md, ninth session: the
+    // shared-memory float atomics cost up to 1.8x at 16 tokens, and at one
+    // token they made 64-row tiles slower than 32-row ones).
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+    int held = 0;
     for (int i = warp; i < nstages; i += CW) {
         const int s = i % NS;
         const int k = i / nch, c = i - k * nch;
         const unsigned char* slot = smem + s * STAGE;
         const u16* sc = reinterpret_cast<const u16*>(slot + SOFF + (NSBUF > 1 ? ((i / NS) & 1) * SBUF : 0));
-        float acc[MT][4];
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[m][e] = 0.f;
         // With PARTS > 1 each part but the last is released as soon as it
         // is used, so its refill overlaps the arithmetic of the rest.
 #pragma unroll 1
@@ -549,17 +570,19 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             kc_bar_wait(full0 + 16 * NS * part + 8 * s, (i / NS) & 1);
 #pragma unroll kUnroll
             for (int u = part * (U / PARTS); u < (part + 1) * (U / PARTS); ++u) {
-                // x of group u for this lane's token, then the weights.
-                u32 xw[4 * XLD];
+                // x of group u for this lane's tokens, then the weights.
+                u32 xw[NT][4 * XLD];
 #pragma unroll
-                for (int l = 0; l < XLD; ++l) {
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int l = 0; l < XLD; ++l) {
 #if FP16
-                    const kc_u4 v = *reinterpret_cast<const kc_u4*>(xres + xr * xrstride + ((c * U + u) * GROUP + tig * VPT + 8 * l) * 2);
+                        const kc_u4 v = *reinterpret_cast<const kc_u4*>(xres + xr[n] * xrstride + ((c * U + u) * GROUP + tig * VPT + 8 * l) * 2);
 #else
-                    const kc_u4 v = *reinterpret_cast<const kc_u4*>(slot + XOFF + xr * XSTRIDE + (u * GROUP + tig * VPT + 8 * l) * 2);
+                        const kc_u4 v = *reinterpret_cast<const kc_u4*>(slot + XOFF + xr[n] * XSTRIDE + (u * GROUP + tig * VPT + 8 * l) * 2);
 #endif
-                    xw[4 * l + 0] = v.x; xw[4 * l + 1] = v.y; xw[4 * l + 2] = v.z; xw[4 * l + 3] = v.w;
-                }
+                        xw[n][4 * l + 0] = v.x; xw[n][4 * l + 1] = v.y; xw[n][4 * l + 2] = v.z; xw[n][4 * l + 3] = v.w;
+                    }
                 u32 w[MT][2][WPT];
 #pragma unroll
                 for (int m = 0; m < MT; ++m)
@@ -586,26 +609,30 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                         w[m][h][0] = p[0];
 #endif
                     }
-                float t[MT][4], xs[4];
+                float t[MT][NT][4], xs[NT][4];
 #pragma unroll
                 for (int wi = 0; wi < WPT; ++wi) {
                     // B pairs for word wi, in the order its A pairs unpack.
-                    u32 q[4];
+                    u32 q[NT][4];
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
 #if FP16
-                    q[0] = xw[4 * wi]; q[1] = xw[4 * wi + 1]; q[2] = xw[4 * wi + 2]; q[3] = xw[4 * wi + 3];   // converted in place
+                        q[n][0] = xw[n][4 * wi]; q[n][1] = xw[n][4 * wi + 1];   // converted in place
+                        q[n][2] = xw[n][4 * wi + 2]; q[n][3] = xw[n][4 * wi + 3];
 #elif BITS == 4
-                    const u32 x0 = xw[4 * wi], x1 = xw[4 * wi + 1], x2 = xw[4 * wi + 2], x3 = xw[4 * wi + 3];
-                    q[0] = kc_prmt(x0, x2, 0x5410);   // (x0, x4)
-                    q[1] = kc_prmt(x0, x2, 0x7632);   // (x1, x5)
-                    q[2] = kc_prmt(x1, x3, 0x5410);   // (x2, x6)
-                    q[3] = kc_prmt(x1, x3, 0x7632);   // (x3, x7)
+                        const u32 x0 = xw[n][4 * wi], x1 = xw[n][4 * wi + 1], x2 = xw[n][4 * wi + 2], x3 = xw[n][4 * wi + 3];
+                        q[n][0] = kc_prmt(x0, x2, 0x5410);   // (x0, x4)
+                        q[n][1] = kc_prmt(x0, x2, 0x7632);   // (x1, x5)
+                        q[n][2] = kc_prmt(x1, x3, 0x5410);   // (x2, x6)
+                        q[n][3] = kc_prmt(x1, x3, 0x7632);   // (x3, x7)
 #else
-                    const u32 x0 = xw[2 * wi], x1 = xw[2 * wi + 1];
-                    q[0] = kc_prmt(x0, x1, 0x5410);   // (x0, x2) meets the low nibbles
-                    q[1] = kc_times16(q[0]);          // 16*(x0, x2) meets the high nibbles
-                    q[2] = kc_prmt(x0, x1, 0x7632);   // (x1, x3)
-                    q[3] = kc_times16(q[2]);
+                        const u32 x0 = xw[n][2 * wi], x1 = xw[n][2 * wi + 1];
+                        q[n][0] = kc_prmt(x0, x1, 0x5410);   // (x0, x2) meets the low nibbles
+                        q[n][1] = kc_times16(q[n][0]);       // 16*(x0, x2) meets the high nibbles
+                        q[n][2] = kc_prmt(x0, x1, 0x7632);   // (x1, x3)
+                        q[n][3] = kc_times16(q[n][2]);
 #endif
+                    }
 #pragma unroll
                     for (int half = 0; half < 2; ++half) {
                         const bool more = (wi | half) != 0;
@@ -613,38 +640,47 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #pragma unroll
                         for (int m = 0; m < MT; ++m) {
                             const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
-                            kc_mma16(t[m], kc_nib16(wg, 2 * half), kc_nib16(wg8, 2 * half),
-                                     kc_nib16(wg, 2 * half + 1), kc_nib16(wg8, 2 * half + 1),
-                                     q[2 * half], q[2 * half + 1], more);
+                            const u32 a0 = kc_nib16(wg, 2 * half), a1 = kc_nib16(wg8, 2 * half);
+                            const u32 a2 = kc_nib16(wg, 2 * half + 1), a3 = kc_nib16(wg8, 2 * half + 1);
+#pragma unroll
+                            for (int n = 0; n < NT; ++n)
+                                kc_mma16(t[m][n], a0, a1, a2, a3, q[n][2 * half], q[n][2 * half + 1], more);
                         }
                         continue;
 #endif
-                        kc_mma(xs, ones, ones, ones_hi, ones_hi, q[2 * half], q[2 * half + 1], more);
+#pragma unroll
+                        for (int n = 0; n < NT; ++n)
+                            kc_mma(xs[n], ones, ones, ones_hi, ones_hi, q[n][2 * half], q[n][2 * half + 1], more);
 #pragma unroll
                         for (int m = 0; m < MT; ++m) {
                             const u32 wg = w[m][0][wi], wg8 = w[m][1][wi];
-                            kc_mma(t[m], kc_nib(wg, 2 * half), kc_nib(wg8, 2 * half),
-                                   kc_nib(wg, 2 * half + 1), kc_nib(wg8, 2 * half + 1),
-                                   q[2 * half], q[2 * half + 1], more);
+                            const u32 a0 = kc_nib(wg, 2 * half), a1 = kc_nib(wg8, 2 * half);
+                            const u32 a2 = kc_nib(wg, 2 * half + 1), a3 = kc_nib(wg8, 2 * half + 1);
+#pragma unroll
+                            for (int n = 0; n < NT; ++n)
+                                kc_mma(t[m][n], a0, a1, a2, a3, q[n][2 * half], q[n][2 * half + 1], more);
                         }
                     }
                 }
 #if FP16
                 // Fold: acc += s*sigma*t - s*(1024E + 64O) + b*(E + O), rows g
-                // (e = 0, 1) and g+8 (e = 2, 3); token columns 2tig, 2tig+1.
-                const float4 xc0 = xcon[(c * U + u) * XT + min(2 * tig, min(tokens, XT) - 1)];
-                const float4 xc1 = xcon[(c * U + u) * XT + min(2 * tig + 1, min(tokens, XT) - 1)];
+                // (e = 0, 1) and g+8 (e = 2, 3); token columns 8n+2tig, 8n+2tig+1.
 #pragma unroll
-                for (int m = 0; m < MT; ++m) {
-                    const int r0 = 16 * m + g, r1 = r0 + 8;
-                    const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
-                    const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
-                    const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1);
-                    acc[m][0] = fmaf(s0 * xc0.x, t[m][0], fmaf(b0, xc0.z, fmaf(-s0, xc0.y, acc[m][0])));
-                    acc[m][2] = fmaf(s1 * xc0.x, t[m][2], fmaf(b1, xc0.z, fmaf(-s1, xc0.y, acc[m][2])));
-                    if (XT > 1) {
-                        acc[m][1] = fmaf(s0 * xc1.x, t[m][1], fmaf(b0, xc1.z, fmaf(-s0, xc1.y, acc[m][1])));
-                        acc[m][3] = fmaf(s1 * xc1.x, t[m][3], fmaf(b1, xc1.z, fmaf(-s1, xc1.y, acc[m][3])));
+                for (int n = 0; n < NT; ++n) {
+                    const float4 xc0 = xcon[(c * U + u) * XT + min(8 * n + 2 * tig, min(tokens, XT) - 1)];
+                    const float4 xc1 = xcon[(c * U + u) * XT + min(8 * n + 2 * tig + 1, min(tokens, XT) - 1)];
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        const int r0 = 16 * m + g, r1 = r0 + 8;
+                        const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
+                        const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
+                        const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1);
+                        acc[m][n][0] = fmaf(s0 * xc0.x, t[m][n][0], fmaf(b0, xc0.z, fmaf(-s0, xc0.y, acc[m][n][0])));
+                        acc[m][n][2] = fmaf(s1 * xc0.x, t[m][n][2], fmaf(b1, xc0.z, fmaf(-s1, xc0.y, acc[m][n][2])));
+                        if (XT > 8 * n + 1) {   // odd token columns: none at one token
+                            acc[m][n][1] = fmaf(s0 * xc1.x, t[m][n][1], fmaf(b0, xc1.z, fmaf(-s0, xc1.y, acc[m][n][1])));
+                            acc[m][n][3] = fmaf(s1 * xc1.x, t[m][n][3], fmaf(b1, xc1.z, fmaf(-s1, xc1.y, acc[m][n][3])));
+                        }
                     }
                 }
                 continue;
@@ -658,32 +694,46 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                     const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
                     const float b0 = fmaf(-OFFSET, s0, kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1));
                     const float b1 = fmaf(-OFFSET, s1, kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1));
-                    acc[m][0] = fmaf(s0, t[m][0], fmaf(b0, xs[0], acc[m][0]));
-                    acc[m][2] = fmaf(s1, t[m][2], fmaf(b1, xs[2], acc[m][2]));
-                    if (XT > 1) {   // odd token columns: none at one token
-                        acc[m][1] = fmaf(s0, t[m][1], fmaf(b0, xs[1], acc[m][1]));
-                        acc[m][3] = fmaf(s1, t[m][3], fmaf(b1, xs[3], acc[m][3]));
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
+                        acc[m][n][0] = fmaf(s0, t[m][n][0], fmaf(b0, xs[n][0], acc[m][n][0]));
+                        acc[m][n][2] = fmaf(s1, t[m][n][2], fmaf(b1, xs[n][2], acc[m][n][2]));
+                        if (XT > 8 * n + 1) {   // odd token columns: none at one token
+                            acc[m][n][1] = fmaf(s0, t[m][n][1], fmaf(b0, xs[n][1], acc[m][n][1]));
+                            acc[m][n][3] = fmaf(s1, t[m][n][3], fmaf(b1, xs[n][3], acc[m][n][3]));
+                        }
                     }
                 }
             }
         }
-        // The chunk's share of the tile: acc[m][e] is row 16m+g+8(e>>1),
-        // token 2tig+(e&1).
+        // The warp's share of the tile, added in once its next chunk is of
+        // another tile (or none): acc[m][n][e] is row 16m+g+8(e>>1), token
+        // 8n+2tig+(e&1). Until then the slot is released at once.
+        ++held;
+        if (i + CW < nstages && (i + CW) / nch == k) {
+            __syncwarp();
+            if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
+            continue;
+        }
         const int b = k % NS;
         float* tred = red + b * RED_FLOATS;
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int tok = 2 * tig + (e & 1);
-                if (tok < tokens) atomicAdd(&tred[tok * TR + 16 * m + g + 8 * (e >> 1)], acc[m][e]);
-            }
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int tok = 8 * n + 2 * tig + (e & 1);
+                    if (tok < min(tokens, XT)) atomicAdd(&tred[tok * TR + 16 * m + g + 8 * (e >> 1)], acc[m][n][e]);
+                    acc[m][n][e] = 0.f;
+                }
         __syncwarp();
         int done = 0;
         if (lane == 0) {
             __threadfence_block();
-            done = atomicAdd(&cnt[b], 1) == nch - 1;
+            done = atomicAdd(&cnt[b], held) == nch - held;
         }
+        held = 0;
         done = __shfl_sync(0xFFFFFFFFu, done, 0);
         if (done) {
             // Last chunk of the tile: every other chunk's sums are in tred.
