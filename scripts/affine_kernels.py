@@ -867,6 +867,10 @@ def bulk_correctness_cases():
         (8192, 1000, 4, 64, True, 3, dict(mt=2, _GRID=5, parts=4)),
         (2048, 1032, 8, 64, True, 2, dict(_GRID=3, parts=2)),
         (4096, 4104, 4, 32, True, 1, dict(fp16=1, _GRID=7, parts=4)),
+        # fp16 at large in_features (x resident: 57 KB); 64-row tiles, one and many per block
+        (28672, 8192, 4, 64, True, 1, dict(fp16=1, parts=1)),
+        (28672, 8192, 4, 64, False, 1, {}),
+        (8192, 4104, 4, 64, True, 2, dict(mt=4, _GRID=17)),
         # 9..16 tokens: two n-tiles of 8 (the second partly empty below 16)
         (4096, 4104, 4, 64, True, 16, {}),
         (8192, 1000, 4, 64, False, 11, dict(mt=2, _GRID=5, parts=2)),
