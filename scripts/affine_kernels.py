@@ -241,10 +241,13 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     if mt is None:
         g = sms * bps
         t1, t2, t4 = -(-out_f // 16), -(-out_f // 32), -(-out_f // 64)
-        # 64-row tiles only where 256-byte row pieces exist (4 bits, groups <= 64), so that eight
-        # warps' stages still fit
-        wide = bits == 4 and group <= 64 and -(-t4 // g) * 4 <= -(-t1 // g)
-        mt = 4 if wide else 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
+        # 64-row tiles only where 256-byte row pieces exist (4 bits, groups <= 64) and eight
+        # warps' stages fit in them (else the narrower tiles' rule, below)
+        if bits == 4 and group <= 64 and -(-t4 // g) * 4 <= -(-t1 // g):
+            c = bulk_config(bits, group, tokens, in_f, out_f, sms, 4, cw, seg, ns, bps, fp16, parts)
+            if c is None or c["CW"] == cw:
+                return c
+        mt = 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
     if seg is None:   # 64-row tiles, or x outweighing the weights (above 8 tokens): half the row pieces
         seg = 256 if mt == 4 or tokens > 8 else 512
     groups = in_f // group
@@ -879,11 +882,12 @@ def bulk_correctness_cases():
         (2048, 1000, 4, 128, False, 13, dict(fp16=1, cw=4)),
         (4096, 4104, 4, 64, True, 16, dict(fp16=1, cw=4, _GRID=7)),
         (14336, 4096, 4, 64, True, 16, {}),
-        # chunks walked from a per-block start (ROT)
-        (8192, 4104, 4, 64, True, 1, dict(_GRID=11, ROT=1)),
-        (4096, 4104, 4, 64, True, 16, dict(_GRID=7, parts=2, ROT=1)),
-        (4096, 4104, 4, 32, True, 3, dict(fp16=1, _GRID=7, ROT=1)),
-        (3072, 776, 8, 64, True, 8, dict(ROT=1)),
+        # 64-row tiles as the plugin picks them at in_features <= 8192 (fp16, two parts), many
+        # tiles per block, and at 16 tokens (the largest accumulators)
+        (1024, 8192, 4, 64, True, 1, dict(fp16=None)),
+        (10240, 8192, 4, 32, False, 1, dict(_GRID=40)),
+        (4096, 4104, 4, 64, True, 16, dict(mt=4, _GRID=7)),
+        (2048, 8192, 4, 64, False, 5, dict(fp16=1, mt=4, _GRID=9)),
     ]
     return cases
 

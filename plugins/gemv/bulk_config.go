@@ -7,8 +7,10 @@ import (
 )
 
 // bulkConfig is one variant of kernels/bulk.cu (its -D macros). The choice
-// mirrors bulk_config in scripts/affine_kernels.py, where the variants were
-// timed; the kernel's header states the rule and the shared-memory sizes.
+// mirrors bulk_config in scripts/affine_kernels.py for 1 to 8 tokens (the
+// harness also sizes 9 to 16, which no candidate serves), where the
+// variants were timed; the kernel's header states the rule and the
+// shared-memory sizes.
 type bulkConfig struct {
 	Bits, Group int
 	MT          int  // 16-row m-tiles per tile
@@ -45,7 +47,18 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 	if req.Tokens < 1 || req.Tokens > 8 {
 		return bulkConfig{}, fmt.Sprintf("the bulk kernel serves 1 to 8 tokens, not %d", req.Tokens)
 	}
-	mt := bulkTileRows(req.OutFeatures, bits, group, max(sms, 1)) / 16
+	cfg, why := chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, max(sms, 1), true)/16)
+	if why == "" && cfg.MT == 4 && cfg.CW < bulkWarps {
+		// 64-row tiles only where eight warps' stages fit; else the
+		// narrower tiles' rule.
+		return chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, max(sms, 1), false)/16)
+	}
+	return cfg, why
+}
+
+// chooseBulkTiles is chooseBulk with the tile's m-tiles (mt) given.
+func chooseBulkTiles(req sdk.Request, sms, maxShared, mt int) (bulkConfig, string) {
+	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	segment := bulkSegment
 	if mt == 4 {
 		segment = bulkWideSegment
@@ -80,16 +93,17 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 }
 
 // bulkTileRows is the rows of a tile for out output features on g
-// multiprocessors: 64 where 16-row tiles would leave no shorter last wave
-// (4 bits and groups of at most 64 only, whose 256-byte row pieces keep
-// eight warps' stages in shared memory), else 32 unless 16 leave a shorter
-// last wave. Each block then takes a whole share of the K range of its
-// tiles' rows (bench/NOTES.md, ninth session: 28672->8192 35.1 us in
-// 64-row tiles against 38.4 in 32-row ones).
-func bulkTileRows(out, bits, group, g int) int {
+// multiprocessors. It counts the 16-row m-tiles the busiest block takes
+// over all its waves: 64-row tiles when wide allows them and they make it
+// no more than 16-row ones do (4 bits and groups of at most 64 only, whose
+// 256-byte row pieces can keep eight warps' stages in shared memory), else
+// 32-row tiles on the same test, else 16 (bench/NOTES.md, ninth session:
+// 28672->8192 35.1-37.8 us in 64-row tiles against 38.4-40.3 in 32-row
+// ones).
+func bulkTileRows(out, bits, group, g int, wide bool) int {
 	waves := func(rows int) int { return ceilDiv(ceilDiv(out, rows), g) * rows / 16 }
 	switch {
-	case bits == 4 && group <= 64 && waves(64) <= waves(16):
+	case wide && bits == 4 && group <= 64 && waves(64) <= waves(16):
 		return 64
 	case waves(32) <= waves(16):
 		return 32

@@ -16,9 +16,9 @@
 //
 // Status (bench/NOTES.md, seventh to ninth sessions, H200, 1 token, int4
 // g64): the copies alone move the weights at 4.14 TB/s. At 8192->28672 the
-// kernel takes 33.7-34.5 us with FP16, stages in two parts and early start
-// (3.8-3.9 TB/s), and 28672->8192 35.1 us in 64-row tiles; the stream
-// kernel takes 38.5-40.5 at both. FP16 is slower where in_features is
+// kernel takes 33.7-34.8 us with FP16, stages in two parts and early start
+// (3.8-3.9 TB/s), and 28672->8192 35.1-37.8 us in 64-row tiles; the stream
+// kernel takes 38.3-40.5 at both. FP16 is slower where in_features is
 // large (14336, 28672): every block converts the whole of x before it
 // starts. Above 8 tokens (two n-tiles) the kernel is correct but slower
 // than the stream kernel: its few consumer warps leave the latency of the
@@ -127,8 +127,10 @@
 // VARIANT CHOICE (scripts/affine_kernels.py: bulk_config)
 //   Served when BITS is 4 or 8, 1 <= tokens <= 16, in % GROUP == 0 and
 //   out % 8 == 0. With W(r) = ceil(ceil(out/r)/G)*r/16 (G = BPS*SMs), the
-//   16-row m-tiles of a tile's last wave: MT = 4 if BITS == 4, GROUP <= 64
-//   and W(64) <= W(16); else 2 if W(32) <= W(16); else 1. U: with
+//   16-row m-tiles the busiest block takes in r-row tiles (all its waves):
+//   MT = 4 if BITS == 4, GROUP <= 64
+//   and W(64) <= W(16), and eight consumer warps' stages fit (below); else
+//   2 if W(32) <= W(16); else 1. U: with
 //   want = max(8, floor(P/(GROUP*BITS/8)/8)*8) for row pieces of P = 256
 //   bytes (MT = 4 or tokens > 8) or 512, the first of want, want/2,
 //   want/4, 2*want that is a multiple of 8 from 8 to 64 and divides
@@ -736,7 +738,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         held = 0;
         done = __shfl_sync(0xFFFFFFFFu, done, 0);
         if (done) {
-            // Last chunk of the tile: every other chunk's sums are in tred.
+            // This warp's count completed the tile: every chunk's sums are in tred.
             __threadfence_block();
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             const int ntok = min(tokens, XT);
