@@ -60,6 +60,7 @@ STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB, XT)] replaci
 STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
 BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FP16, PARTS)] timed with --sweep
 BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes (e.g. UNR=2)
+WG_OVER = {}              # --wg-over: macros every wg.cu variant takes (e.g. AW=3)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
 
@@ -1179,6 +1180,7 @@ def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: 
                _arch="sm_90a")
     if fsets:
         cfg["FSETS"] = fsets
+    cfg.update(WG_OVER)
     return cfg
 
 
@@ -1547,6 +1549,7 @@ def main():
                     "(MT 0 / NS 0 / SEG 0 / PARTS 0: the rule's choice; BPS default 1; FP16 0 off, 1 on, -1 or absent the rule's choice)")
     ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. UNR=2)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
+    ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS]]]],... (default WG_CONFIGS)")
     ap.add_argument("--wg-time-all", action="store_true",
@@ -1577,6 +1580,8 @@ def main():
                         for c in args.bulk_configs.split(",")]
     if args.bulk_over:
         BULK_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.bulk_over.split(","))})
+    if args.wg_over:
+        WG_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.wg_over.split(","))})
     if args.stream_over:
         STREAM_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.stream_over.split(","))})
     if args.tokens:

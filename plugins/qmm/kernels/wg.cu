@@ -52,9 +52,11 @@
 //   warpgroup produces (and gives its registers to the consumers with
 //   setmaxnreg): its first warp streams the token tile's x stages into a
 //   ring of STAGES slots with one bulk copy each (cp.async.bulk, completion
-//   counted on the slot's "full" mbarrier); its second warp copies weight
+//   counted on the slot's "full" mbarrier); its next AW warps copy weight
 //   words, scales and biases of AG groups for the block's ROWS rows into a
-//   ring of AST slots with 16-byte cp.async (coalesced, 16 lanes per row).
+//   ring of AST slots with 16-byte cp.async (coalesced, 16 lanes per row;
+//   one warp alone could not keep the consumers fed: bench/NOTES.md, ninth
+//   session, 10-25 % slower at 256 and 4096 tokens).
 //   A slot is refilled once every consumer warp has arrived on its "empty"
 //   mbarrier. WGS consumer warpgroups each own 64 rows and share the x tile.
 //   A (weights) comes from registers: each warp owns 16 rows with the
@@ -73,7 +75,8 @@
 // MACROS: BN (64, 128 or 256 tokens per CTA; 16- and 32-token tiles were
 // timed and lost to the stream kernel at 9-32 tokens, bench/NOTES.md), STAGES (>= FSETS x slots), WGS
 // (1..3 consumer warpgroups, 64 rows each), AST (weight slots of AG = 8
-// groups), FSETS (2 or 3 A fragment sets).
+// groups), FSETS (2 or 3 A fragment sets), AW (1..3 weight-copying warps,
+// default 3).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -93,6 +96,12 @@ typedef unsigned long long u64;
 #endif
 #if BN != 64 && BN != 128 && BN != 256
 #error "BN must be 64, 128 or 256 (the wgmma shapes written out below)"
+#endif
+#ifndef AW
+#define AW 3   // producer warps that copy the weights (1..3; see AW below)
+#endif
+#if AW < 1 || AW > 3
+#error "AW must be 1, 2 or 3 (the producer warpgroup's warps after the x warp)"
 #endif
 #if WGS < 1 || WGS > 3
 #error "WGS must be 1, 2 or 3"
@@ -467,7 +476,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             kc_bar_init(empty0 + 8 * s, WGS * 4);
         }
         for (int s = 0; s < AST; ++s) {
-            kc_bar_init(afull0 + 8 * s, 32);
+            kc_bar_init(afull0 + 8 * s, 32 * AW);
             kc_bar_init(aempty0 + 8 * s, WGS * 4);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -491,13 +500,15 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                     kc_bulk(sbase + s * STAGE_BYTES, xsrc + (long long)(g0 + i) * STAGE_BYTES, STAGE_BYTES, full0 + 8 * s);
                 }
             }
-        } else if (warp == WGS * 4 + 1) {
+        } else if (warp <= WGS * 4 + AW) {
             // Weights, scales and biases of AG groups per stage, by cp.async
-            // from all 32 lanes (16 lanes per 256-byte row of words); each
-            // lane's arrival on afull fires once its copies have landed.
+            // from the AW warps' 32*AW lanes (16 lanes per 256-byte row of
+            // words); each lane's arrival on afull fires once its copies
+            // have landed.
             // Rows past the end repeat the last row.
             const unsigned char* wsrc = reinterpret_cast<const unsigned char*>(weight);
             const long long row_bytes = in_features / 2;
+            const int pl = (warp - (WGS * 4 + 1)) * 32 + lane;   // this lane among the AW warps' lanes
             for (int i = 0; i < n; i += AG) {
                 const int g = g0 + i, h = i / AG, as = h % AST, ng = min(AG, n - i);
                 if (h >= AST) kc_bar_wait(aempty0 + 8 * as, ((h / AST) + 1) & 1);
@@ -505,13 +516,13 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                 const unsigned char* src = wsrc + g * 32;
                 if (ng == AG) {
 #pragma unroll 8
-                    for (int c = lane; c < ROWS * 2 * AG; c += 32) {
+                    for (int c = pl; c < ROWS * 2 * AG; c += 32 * AW) {
                         const int r = c / (2 * AG), k = c % (2 * AG);
                         const long long row = min(row0 + r, out_features - 1);
                         kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
                     }
                 } else {
-                    for (int c = lane; c < ROWS * 2 * ng; c += 32) {
+                    for (int c = pl; c < ROWS * 2 * ng; c += 32 * AW) {
                         const int r = c / (2 * ng), k = c % (2 * ng);
                         const long long row = min(row0 + r, out_features - 1);
                         kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
@@ -522,14 +533,14 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                 // (groups is even, so each pair of groups is).
                 const u32 sdst = dst + ASCALE_OFF;
                 if (groups % 8 == 0) {
-                    for (int c = lane; c < 2 * ROWS; c += 32) {
+                    for (int c = pl; c < 2 * ROWS; c += 32 * AW) {
                         const int arr = c / ROWS, r = c % ROWS;
                         const long long row = min(row0 + r, out_features - 1);
                         kc_cp16(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
                     }
                 } else {
                     const int pairs = ng / 2;
-                    for (int c = lane; c < 2 * ROWS * pairs; c += 32) {
+                    for (int c = pl; c < 2 * ROWS * pairs; c += 32 * AW) {
                         const int arr = c / (ROWS * pairs), rr = c % (ROWS * pairs);
                         const int r = rr / pairs, k = rr % pairs;
                         const long long row = min(row0 + r, out_features - 1);
