@@ -484,14 +484,14 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     __syncthreads();
 
     if (warp >= WGS * 4) {
-        // Producer warpgroup: its first warp streams x, its second the
+        // Producer warpgroup: its first warp streams x, the next AW the
         // weights; each refills a slot once every consumer warp has released
-        // the slot's previous use.
+        // the slot's previous use (a fourth warp with AW < 3 has no work).
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(PRODUCER_REGS));
         if (warp == WGS * 4) {
             // x: one bulk copy per group, issued by one lane.
             if (lane == 0) {
-                kc_grid_wait();   // xprep's stages (the weight warp starts at once)
+                kc_grid_wait();   // xprep's stages (the weight warps start at once)
                 const unsigned char* xsrc = xp + (long long)tile * groups * STAGE_BYTES;
                 for (int i = 0; i < n; ++i) {
                     const int s = i % STAGES;
