@@ -1308,7 +1308,12 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 
 
 WG_TOKENS = (256, 4096)
-WG_CONFIGS = [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
+def default_wg_configs():
+    """--wg's variants unless --wg-configs names others (built after --wg-over is read)."""
+    return [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
+
+
+WG_CONFIGS = None   # --wg's variants: default_wg_configs() or --wg-configs
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
 WG_PDL = True         # --no-pdl: launch the wgmma path's kernels, the bulk and the stream kernel without early start
 TMA_L2PROMO = 2        # --tma-l2: the tensor maps' L2 promotion (CU_TENSOR_MAP_L2_PROMOTION_*: 0 none, 1 64B, 2 128B as the plugin, 3 256B)
@@ -1551,7 +1556,7 @@ def main():
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
-    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS]]]],... (default WG_CONFIGS)")
+    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS]]]],... (default: default_wg_configs())")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     ap.add_argument("--no-pdl", action="store_true",
@@ -1604,6 +1609,8 @@ def main():
         WG_TIME_ALL = args.wg_time_all
         if args.wg_configs:
             WG_CONFIGS = [wg_config(*(int(v) for v in c.split(":"))) for c in args.wg_configs.split(",")]
+        else:
+            WG_CONFIGS = default_wg_configs()   # after --wg-over, which they take
         if args.tokens:
             WG_TOKENS = BENCH_TOKENS
         ok = run_wg(args.quick)

@@ -18,11 +18,11 @@
 // g64): the copies alone move the weights at 4.14 TB/s. At 8192->28672 the
 // kernel takes 33.7-34.8 us with FP16, stages in two parts and early start
 // (3.8-3.9 TB/s), and 28672->8192 35.1-37.8 us in 64-row tiles; the stream
-// kernel takes 38.3-40.5 at both. FP16 is slower where in_features is
+// kernel takes 38-42 us at both. FP16 is slower where in_features is
 // large (14336, 28672): every block converts the whole of x before it
-// starts. Above 8 tokens (two n-tiles) the kernel is correct but slower
-// than the stream kernel: its few consumer warps leave the latency of the
-// doubled arithmetic exposed.
+// starts. At 4 to 16 tokens (above 8 in two n-tiles) the kernel is correct
+// but slower than the stream kernel: x staged per stage crowds the ring,
+// and its few consumer warps leave the arithmetic's latency exposed.
 //
 // FP16 (4 bits): the consumer warps first convert x, once per block,
 // into shared memory that stays resident: per (token, group) sigma = the

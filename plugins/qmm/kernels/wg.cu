@@ -56,7 +56,8 @@
 //   words, scales and biases of AG groups for the block's ROWS rows into a
 //   ring of AST slots with 16-byte cp.async (coalesced, 16 lanes per row;
 //   one warp alone could not keep the consumers fed: bench/NOTES.md, ninth
-//   session, 10-25 % slower at 256 and 4096 tokens).
+//   session, 3-18 % slower on eight of ten shape and token cells at 256
+//   and 4096 tokens).
 //   A slot is refilled once every consumer warp has arrived on its "empty"
 //   mbarrier. WGS consumer warpgroups each own 64 rows and share the x tile.
 //   A (weights) comes from registers: each warp owns 16 rows with the
@@ -98,7 +99,7 @@ typedef unsigned long long u64;
 #error "BN must be 64, 128 or 256 (the wgmma shapes written out below)"
 #endif
 #ifndef AW
-#define AW 3   // producer warps that copy the weights (1..3; see AW below)
+#define AW 3   // producer warps that copy the weights (1..3; see METHOD)
 #endif
 #if AW < 1 || AW > 3
 #error "AW must be 1, 2 or 3 (the producer warpgroup's warps after the x warp)"
@@ -486,7 +487,8 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     if (warp >= WGS * 4) {
         // Producer warpgroup: its first warp streams x, the next AW the
         // weights; each refills a slot once every consumer warp has released
-        // the slot's previous use (a fourth warp with AW < 3 has no work).
+        // the slot's previous use (the warps after the AW weight warps have
+        // no work).
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(PRODUCER_REGS));
         if (warp == WGS * 4) {
             // x: one bulk copy per group, issued by one lane.
