@@ -214,8 +214,8 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     """Macros for affine_bulk (tokens 1..16, 4 or 8 bits), or None when it does not apply.
     By default its fastest variant on the H200 at one token (bench/NOTES.md, seventh to ninth
     sessions): 64-row tiles when 16-row ones would leave no shorter last wave (4 bits, groups
-    <= 64), else 32-row
-    unless 16 leave a shorter last wave; 8 consumer warps; 512-byte row pieces (256 with
+    <= 64, and only where eight warps' stages fit), else 32-row unless 16 leave a shorter
+    last wave; 8 consumer warps; 512-byte row pieces (256 with
     64-row tiles, or above 8 tokens); as many stages as fit; stages in two parts where blocks
     take several tiles or tiles have 64 rows; and fp16 operands with x resident at 4 bits
     when in_features <= 8192 and tokens <= 8 (beyond, converting x up front costs more than
