@@ -899,12 +899,11 @@ def run_bulk_correctness() -> bool:
     cfgs = []
     for in_f, out_f, b, g, bias, t, over in cases:
         grid = over.get("_GRID")
-        kw = {k: v for k, v in over.items() if k.islower()}
+        kw = {k: v for k, v in over.items() if not k.startswith("_")}
         kw.setdefault("fp16", 0)   # the fp16 variant where a case asks for it
         c = bulk_config(b, g, t, in_f, out_f, **kw)
         if c is None:
             raise SystemExit(f"bulk case {in_f}->{out_f} q{b} g{g} t={t} {over}: no config")
-        c.update({k: v for k, v in over.items() if k.isupper() and not k.startswith("_")})   # macros
         if grid:
             c["_GRID"] = grid
         c["KC_HANG_TRAP"] = 1   # a stuck barrier wait traps instead of hanging the run
