@@ -152,6 +152,44 @@ func TestSpotCheckFindsAWrongElement(t *testing.T) {
 	assert.Error(t, SpotCheck(req, s, y, 0), "the full check sees element 57")
 }
 
+// TestSampledReferenceMatchesTheFullReference checks the parallel spot
+// check against Reference at every sampled position, for packings that
+// cross words (3 and 5 bits), with a bias and several tokens, on one core
+// and on many, and that it returns the output's own bytes beside them.
+func TestSampledReferenceMatchesTheFullReference(t *testing.T) {
+	for _, bits := range []int{3, 4, 5, 8} {
+		req := request(3, 512, 136, bits, 64)
+		req.Bias = bits != 4
+		s := RandomSample(req, uint64(11+bits))
+		ref := Reference(req, s.Weights, s.Inputs[X])
+		y := make([]byte, 2*len(ref))
+		for i := range y {
+			y[i] = byte(i * 7)
+		}
+		for _, n := range []int{0, 37, 256} {
+			for _, procs := range []int{1, 4} {
+				prev := runtime.GOMAXPROCS(procs)
+				got, want := SampledReference(req, s, y, n)
+				runtime.GOMAXPROCS(prev)
+				stride := 1
+				if n > 0 && len(ref) > n {
+					stride = len(ref) / n
+					if stride%req.OutFeatures == 0 {
+						stride++
+					}
+				}
+				require.Len(t, want, (len(ref)+stride-1)/stride, "bits=%d n=%d", bits, n)
+				require.Len(t, got, 2*len(want))
+				for j, v := range want {
+					idx := j * stride
+					assert.InDelta(t, ref[idx], v, 1e-12*(1+math.Abs(ref[idx])), "bits=%d n=%d element %d", bits, n, idx)
+					assert.Equal(t, y[2*idx:2*idx+2], got[2*j:2*j+2], "bits=%d n=%d element %d", bits, n, idx)
+				}
+			}
+		}
+	}
+}
+
 func TestPatternSampleUsesEveryLevel(t *testing.T) {
 	for _, bits := range SupportedBits {
 		req := request(1, 256, 8, bits, 64)

@@ -64,6 +64,13 @@ func SpotCheck(req spec.Request, sample spec.Sample, y []byte, n int) error {
 // SampledReference picks up to n elements of y (n ≤ 0: all) on a stride
 // through the output and returns them (as bf16 bytes) with their float64
 // reference values.
+//
+// The elements are independent, so they are computed in parallel, each
+// without dequantising its row into a new slice first; the arithmetic is
+// ReferenceElement's on DequantizeRow's weights, in the same order, so the
+// values are the same to the bit. The tuner runs this on every sample of
+// every measurement: on one core, 256 elements of a layer with 14336
+// inputs took 43 ms.
 func SampledReference(req spec.Request, sample spec.Sample, y []byte, n int) ([]byte, []float64) {
 	total := req.Tokens * req.OutFeatures
 	stride := 1
@@ -73,18 +80,49 @@ func SampledReference(req spec.Request, sample spec.Sample, y []byte, n int) ([]
 			stride++ // keep walking across rows rather than revisiting one
 		}
 	}
-	var got []byte
-	var want []float64
-	// Consecutive samples often share a row; keep only the last one, so a
-	// check of a huge layer stays within memory.
-	lastRow, w := -1, []float64(nil)
-	for idx := 0; idx < total; idx += stride {
-		t, o := idx/req.OutFeatures, idx%req.OutFeatures
-		if o != lastRow {
-			w, lastRow = DequantizeRow(req, sample.Weights, o), o
+	count := (total + stride - 1) / stride
+	got := make([]byte, 2*count)
+	want := make([]float64, count)
+	// A chunk of consecutive elements shares one unpacking buffer (and
+	// often a row: the stride is usually below out_features).
+	const chunk = 16
+	parallel((count+chunk-1)/chunk, func(c int) {
+		q := make([]uint8, req.InFeatures)
+		lastRow := -1
+		for j := c * chunk; j < min(count, (c+1)*chunk); j++ {
+			idx := j * stride
+			t, o := idx/req.OutFeatures, idx%req.OutFeatures
+			if o != lastRow {
+				rowBytes := RowWords(req) * 4
+				UnpackRow(sample.Weights[Weight][o*rowBytes:(o+1)*rowBytes], req.Weight.Bits, q)
+				lastRow = o
+			}
+			want[j] = unpackedElement(req, sample.Weights, sample.Inputs[X], q, t, o)
+			got[2*j], got[2*j+1] = y[2*idx], y[2*idx+1]
 		}
-		want = append(want, ReferenceElement(req, sample.Weights, sample.Inputs[X], w, t, o))
-		got = append(got, y[2*idx], y[2*idx+1])
-	}
+	})
 	return got, want
+}
+
+// unpackedElement is ReferenceElement with the row's weights dequantised
+// as they are used: w = s·q + b per value (DequantizeRow's arithmetic),
+// then acc += x·w in input order.
+func unpackedElement(req spec.Request, weights map[string][]byte, x []byte, q []uint8, t, o int) float64 {
+	in, g := req.InFeatures, req.Weight.GroupSize
+	groups := in / g
+	xt := x[2*t*in : 2*(t+1)*in]
+	var acc float64
+	for gi := 0; gi < groups; gi++ {
+		s := float64(bf16.Get(weights[Scales], o*groups+gi))
+		b := float64(bf16.Get(weights[Biases], o*groups+gi))
+		xg := xt[2*gi*g : 2*(gi+1)*g]
+		for i, qi := range q[gi*g : (gi+1)*g] {
+			w := s*float64(qi) + b
+			acc += float64(bf16.ToFloat32(uint16(xg[2*i])|uint16(xg[2*i+1])<<8)) * w
+		}
+	}
+	if req.Bias {
+		acc += float64(bf16.Get(weights[Bias], o))
+	}
+	return acc
 }
