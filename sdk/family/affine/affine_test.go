@@ -138,6 +138,40 @@ func TestGate(t *testing.T) {
 	assert.Error(t, Check(ok[:2], want), "short output")
 }
 
+// TestGateAcrossChunks checks a gate spread over goroutines counts every
+// failure and names the first of the worst elements, wherever they fall.
+func TestGateAcrossChunks(t *testing.T) {
+	n := 3*gateChunk + 5
+	want := make([]float64, n)
+	for i := range want {
+		want[i] = float64(i%97) - 48
+	}
+	got := bf16.Encode(func() []float32 {
+		f := make([]float32, n)
+		for i, w := range want {
+			f[i] = float32(w)
+		}
+		return f
+	}())
+	require.NoError(t, Check(got, want))
+	require.NoError(t, CheckAgainst(got, got))
+	bad := append([]byte(nil), got...)
+	tie := gateChunk + 7 + 97*((gateChunk+96)/97)            // a chunk later, the same reference value
+	bf16.Set(bad, 10, float32(want[10]+1))                   // over tolerance, not the worst
+	bf16.Set(bad, gateChunk+7, float32(want[gateChunk+7]+4)) // the worst, first of two
+	bf16.Set(bad, tie, float32(want[tie]+4))                 // as bad, later
+	require.Equal(t, want[gateChunk+7], want[tie])
+	require.Greater(t, tie/gateChunk, (gateChunk+7)/gateChunk)
+	for name, err := range map[string]error{"Check": Check(bad, want), "CheckAgainst": CheckAgainst(bad, got)} {
+		var ge *GateError
+		require.ErrorAs(t, err, &ge, name)
+		assert.Equal(t, 3, ge.Failed, name)
+		assert.Equal(t, n, ge.Total, name)
+		assert.Equal(t, gateChunk+7, ge.Worst.Index, name)
+	}
+	assert.Error(t, CheckAgainst(got[:len(got)-2], got), "short output")
+}
+
 func TestSpotCheckFindsAWrongElement(t *testing.T) {
 	req := request(3, 256, 40, 5, 64)
 	s := RandomSample(req, 9)

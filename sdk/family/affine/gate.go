@@ -46,34 +46,56 @@ func Check(got []byte, want []float64) error {
 	if len(got) != 2*len(want) {
 		return &GateError{Worst: Mismatch{Index: -1, Excess: math.Inf(1)}, Failed: len(want), Total: len(want)}
 	}
-	var worst Mismatch
-	failed := 0
-	for i, w := range want {
-		g := float64(bf16.Get(got, i))
-		excess := math.Abs(g-w) / math.Max(AbsoluteTolerance, RelativeTolerance*math.Abs(w))
-		if math.IsNaN(g) || math.IsInf(g, 0) || math.IsNaN(excess) {
-			excess = math.Inf(1)
-		}
-		if excess > 1 {
-			failed++
-		}
-		if excess > worst.Excess || i == 0 {
-			worst = Mismatch{Index: i, Got: g, Want: w, Excess: excess}
-		}
-	}
-	if failed > 0 {
-		return &GateError{Worst: worst, Failed: failed, Total: len(want)}
-	}
-	return nil
+	return gate(len(want), func(i int) float64 { return want[i] }, got)
 }
 
 // CheckAgainst compares two bf16 outputs, treating ref as the reference.
 func CheckAgainst(got, ref []byte) error {
-	want := make([]float64, len(ref)/2)
-	for i := range want {
-		want[i] = float64(bf16.Get(ref, i))
+	if len(got) != len(ref) {
+		return &GateError{Worst: Mismatch{Index: -1, Excess: math.Inf(1)}, Failed: len(ref) / 2, Total: len(ref) / 2}
 	}
-	return Check(got, want)
+	return gate(len(ref)/2, func(i int) float64 { return float64(bf16.Get(ref, i)) }, got)
+}
+
+// gateChunk is how many elements one goroutine of gate compares.
+const gateChunk = 1 << 16
+
+// gate checks got's n bf16 elements against want(i), in parallel chunks
+// (a prefill output has millions of elements, and the tuner gates every
+// candidate on two samples). The worst element is the first of the
+// largest excess, as a scan in order would find it.
+func gate(n int, want func(i int) float64, got []byte) error {
+	chunks := (n + gateChunk - 1) / gateChunk
+	worst := make([]Mismatch, chunks)
+	failed := make([]int, chunks)
+	parallel(chunks, func(c int) {
+		for i := c * gateChunk; i < min(n, (c+1)*gateChunk); i++ {
+			w := want(i)
+			g := float64(bf16.Get(got, i))
+			excess := math.Abs(g-w) / math.Max(AbsoluteTolerance, RelativeTolerance*math.Abs(w))
+			if math.IsNaN(g) || math.IsInf(g, 0) || math.IsNaN(excess) {
+				excess = math.Inf(1)
+			}
+			if excess > 1 {
+				failed[c]++
+			}
+			if excess > worst[c].Excess || i == c*gateChunk {
+				worst[c] = Mismatch{Index: i, Got: g, Want: w, Excess: excess}
+			}
+		}
+	})
+	total := 0
+	var w Mismatch
+	for c := range chunks {
+		total += failed[c]
+		if worst[c].Excess > w.Excess || c == 0 {
+			w = worst[c]
+		}
+	}
+	if total > 0 {
+		return &GateError{Worst: w, Failed: total, Total: n}
+	}
+	return nil
 }
 
 // RelativeError is ‖got−want‖₂ / ‖want‖₂, the accuracy figure tests report.
