@@ -60,6 +60,7 @@ STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB, XT)] replaci
 STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
 BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FP16, PARTS)] timed with --sweep
 BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes (e.g. UNR=2)
+BENCH_QUANT = (4, 64)     # --quant: the benchmark's bits and group size
 WG_OVER = {}              # --wg-over: macros every wg.cu variant takes (e.g. AW=3)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
@@ -210,7 +211,7 @@ BULK_MAX_SMEM = 227 * 1024
 
 def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
                 mt: int | None = None, cw: int = 8, seg: int | None = None, ns: int | None = None, bps: int = 1,
-                fp16: int | None = None, parts: int | None = None) -> dict | None:
+                fp16: int | None = None, parts: int | None = None, wk: int | None = None) -> dict | None:
     """Macros for affine_bulk (tokens 1..16, 4 or 8 bits), or None when it does not apply.
     By default its fastest variant on the H200 at one token (bench/NOTES.md, seventh to ninth
     sessions): 64-row tiles when 16-row ones would leave no shorter last wave (4 bits, groups
@@ -222,9 +223,11 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     it saves, or x does not fit). Above one token the kernel is correct but slower than the
     stream kernel (ninth session: 16 tokens 95-150 us at the 132 MB shapes against 70).
 
-    seg: packed bytes of each row per stage (U = seg / bytes per group, a
-    multiple of 8 from 8 to 64 that divides the row's groups: else half or a
-    quarter of it, else twice it). mt: 16-row m-tiles per tile (above).
+    seg: packed bytes of each row per stage (U = want, seg / bytes per group rounded down to
+    a multiple of 8, when that divides the row's groups; else, where blocks take several
+    tiles, the next multiple of 8 above it, up to 64, that does and leaves room for four
+    consumer warps' stages; else half or a quarter of want; else the next above). mt: 16-row
+    m-tiles per tile (above).
     ns: ring stages, a multiple of cw; by default as many as fit (at most 16;
     cw halves when not even cw stages fit). bps: resident
     blocks per SM the grid is sized for (the '_BPS' entry, not a macro; a
@@ -235,6 +238,8 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     swizzled lines, else 1 (eighth session: 2 shortens 8192->28672 from 37.4 to 35.3 us and
     4096->14336 from 16.2 to 14.3, but lengthens 32-row one-tile-per-block shapes by 0.2-1
     us; ninth: 28672->8192 in 64-row tiles 37.1 -> 35.1; 4 is slower than 2).
+    wk: consumer warps sharing each stage, each taking every wk-th group of it (WK); by
+    default 2 where stages come in one part and the warps pair up, else 1.
     Contradictory settings (also through --bulk-over) give None."""
     if bits not in (4, 8) or not 1 <= tokens <= 16 or in_f % group or out_f % 8:
         return None
@@ -245,7 +250,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         # 64-row tiles only where 256-byte row pieces exist (4 bits, groups <= 64) and eight
         # warps' stages fit in them (else the narrower tiles' rule, below)
         if bits == 4 and group <= 64 and -(-t4 // g) * 4 <= -(-t1 // g):
-            c = bulk_config(bits, group, tokens, in_f, out_f, sms, 4, cw, seg, ns, bps, fp16, parts)
+            c = bulk_config(bits, group, tokens, in_f, out_f, sms, 4, cw, seg, ns, bps, fp16, parts, wk)
             if c is None or c["CW"] == cw:
                 return c
         mt = 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
@@ -254,9 +259,29 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     groups = in_f // group
     gbytes = group * bits // 8
     want = max(8, seg // gbytes // 8 * 8)
-    u = next((v for v in (want, want // 2, want // 4, want * 2) if 8 <= v <= 64 and v % 8 == 0 and groups % v == 0), None)
-    if u is None:
-        return None
+    # U: want when it divides the row's groups; else, where blocks take several tiles, the
+    # next multiple of 8 above it (up to 64) that does and leaves room for four consumer
+    # warps' stages; else half or a quarter of want; else the next above. Tenth session,
+    # g64: 13824 inputs, 24 groups per stage 19.6 us against 8 groups' 31.2; 3584, 56
+    # groups with four warps 17.3 against 8 with eight 20.2; g32: 3584->18944 56 groups
+    # 15.5 against 16 groups' 21.9, 13824->5120 48 against 16 22.5 / 33.3; but 4608->4096
+    # g32, one 32-row tile per block, 48 groups with four warps 8.2 against 16 with eight 6.4
+    fit = [v for v in (want,) if v <= 64 and groups % v == 0]
+    above = [v for v in range(want + 8, 65, 8) if groups % v == 0]
+    below = [v for v in (want // 2, want // 4) if 8 <= v <= 64 and v % 8 == 0 and groups % v == 0]
+    several = -(-out_f // (16 * mt)) > sms * bps
+    first = None
+    for u in fit + above + below:
+        c = _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp16, parts, wk)
+        if c is not None and (u in fit or u in below or several and c["CW"] >= min(4, cw)):
+            return c
+        first = first or c
+    return first
+
+
+def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp16, parts, wk):
+    """bulk_config with the groups per stage (U) chosen."""
+    gbytes = group * bits // 8
     cfg = dict(BITS=bits, GROUP=group, MT=mt, CW=cw, U=u, NS=cw, XT=tokens, _BPS=bps)
     if parts is None:
         parts = 2 if (-(-out_f // (16 * mt)) > sms * bps or mt == 4) and u * gbytes % 256 == 0 else 1
@@ -292,7 +317,13 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         if not ns:
             return None
     cfg["NS"] = ns
-    if ns % cfg["CW"] or not fits(cfg):
+    # Stages in one part: two warps share each, every other group (tenth session:
+    # 14336->4096 11.6 us against 12.6, 4096^2 5.2 against 5.5; with two parts it is slower)
+    if wk is None:
+        wk = 2 if cfg.get("PARTS", 1) == 1 and cfg["CW"] % 2 == 0 else 1
+    if wk > 1:
+        cfg["WK"] = wk
+    if cfg["CW"] % wk or ns % (cfg["CW"] // wk) or u % (wk * cfg.get("PARTS", 1)) or not fits(cfg):
         return None
     return cfg
 
@@ -889,6 +920,20 @@ def bulk_correctness_cases():
         (10240, 8192, 4, 32, False, 1, dict(_GRID=40)),
         (4096, 4104, 4, 64, True, 16, dict(mt=4, _GRID=7)),
         (2048, 8192, 4, 64, False, 5, dict(fp16=1, mt=4, _GRID=9)),
+        # two warps per stage, each with every other group (WK), 16 consumer warps
+        (4096, 14336, 4, 64, True, 1, dict(fp16=1, cw=16, wk=2)),
+        (8192, 28672, 4, 64, False, 1, dict(fp16=1, cw=16, wk=2)),
+        (28672, 8192, 4, 64, True, 1, dict(cw=16, wk=2)),
+        (14336, 4096, 4, 64, False, 3, dict(cw=16, wk=2, _GRID=9)),
+        (4096, 4104, 4, 64, True, 8, dict(fp16=1, cw=8, wk=4, _GRID=7)),
+        (3072, 1032, 8, 32, False, 2, dict(cw=12, wk=3, seg=768, parts=1, _GRID=5)),
+        # the rule's two warps per stage with many tiles per block, and its larger stages
+        # where 16 groups do not divide the row's (24, 56 and 48 groups)
+        (4096, 4104, 4, 64, True, 1, dict(parts=1, _GRID=7)),
+        (14336, 4096, 4, 64, True, 1, dict(_GRID=11)),
+        (13824, 5120, 4, 64, False, 1, {}),
+        (3584, 18944, 4, 64, True, 1, dict(fp16=None)),
+        (1536, 4240, 4, 32, True, 1, dict(fp16=None, _GRID=9)),
     ]
     return cases
 
@@ -1016,7 +1061,7 @@ def run_bench(quick: bool, sweep: bool):
     import torch
     shapes = BENCH_SHAPES if not quick else [(4096, 14336), (8192, 28672)]
     tokens_list = BENCH_TOKENS if not quick else (1, 16, 256)
-    bits, group = 4, 64
+    bits, group = BENCH_QUANT
     # compile everything first
     variants = []
     for in_f, out_f in shapes:
@@ -1028,7 +1073,7 @@ def run_bench(quick: bool, sweep: bool):
                 variants.append((STREAM_CU, stream_config(bits, group, t, in_f, out_f)))
             if bulk_config(bits, group, t, in_f, out_f):
                 variants.append((BULK_CU, bulk_config(bits, group, t, in_f, out_f)))
-            if wg_serves(t, in_f):
+            if wg_serves(t, in_f, bits, group):
                 variants.append((WG_CU, wg_choose(t, out_f, in_f=in_f)))
             if sweep:
                 variants += [(p, c) for _, p, c in sweep_configs(bits, group, t, in_f, out_f)]
@@ -1059,7 +1104,7 @@ def run_bench(quick: bool, sweep: bool):
                 rows.append(("stream", stream_config(bits, group, t, in_f, out_f), True))
             if bulk_config(bits, group, t, in_f, out_f):
                 rows.append(("bulk", bulk_config(bits, group, t, in_f, out_f), True))
-            if wg_serves(t, in_f):
+            if wg_serves(t, in_f, bits, group):
                 rows.append(("wg", wg_choose(t, out_f, in_f=in_f), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
@@ -1097,7 +1142,9 @@ def run_bench(quick: bool, sweep: bool):
 def target_mark(kind, in_f, out_f, t, sp, bw):
     """DESIGN.md targets (int4 g64): GEMV tokens=1 on shapes with >= 64 MB of bf16
     weights: >= 3.2x the bf16 anchor and >= 85% of 4.3 TB/s; QMM: >= 2.5x at 16
-    tokens, >= 1.0x at 256, >= 0.8x at 4096."""
+    tokens, >= 1.0x at 256, >= 0.8x at 4096. Other quantisations (--quant) have none."""
+    if BENCH_QUANT != (4, 64):
+        return ""
     if kind.startswith(("gemv", "stream", "bulk")) and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
         ok = sp >= 3.2 and bw >= 0.85 * PEAK_BW
         return f"{'MET ' if ok else 'MISS'} (>=3.2x and >=3.66 TB/s)"
@@ -1142,9 +1189,9 @@ def sweep_configs(bits, group, t, in_f, out_f):
                             out.append(("stream", STREAM_CU, c))
     bbase = bulk_config(bits, group, t, in_f, out_f)
     if BULK_CONFIGS and bbase:
-        for mt, cw, seg, ns, bps, fp16, parts in BULK_CONFIGS:
+        for mt, cw, seg, ns, bps, fp16, parts, wk in BULK_CONFIGS:
             c = bulk_config(bits, group, t, in_f, out_f, mt=mt or None, cw=cw, seg=seg or None, ns=ns or None, bps=bps,
-                            fp16=None if fp16 < 0 else fp16, parts=parts or None)
+                            fp16=None if fp16 < 0 else fp16, parts=parts or None, wk=wk or None)
             if c and c != bbase:
                 out.append(("bulk", BULK_CU, c))
     if STREAM_ONLY:
@@ -1549,8 +1596,10 @@ def main():
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB[:XT]],... (XT -1: x through the ring) "
                     "timed instead of the built-in stream sweep")
-    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FP16[:PARTS]]],... "
-                    "(MT 0 / NS 0 / SEG 0 / PARTS 0: the rule's choice; BPS default 1; FP16 0 off, 1 on, -1 or absent the rule's choice)")
+    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FP16[:PARTS[:WK]]]],... "
+                    "(MT 0 / NS 0 / SEG 0 / PARTS 0 / WK 0 or absent: the rule's choice; BPS default 1; "
+                    "FP16 0 off, 1 on, -1 or absent the rule's choice)")
+    ap.add_argument("--quant", help="benchmark bits:group (default 4:64, what DESIGN.md's targets name)")
     ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. UNR=2)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")
@@ -1578,10 +1627,13 @@ def main():
                           for c in args.stream_configs.split(",")]
     if args.bulk_configs:
         global BULK_CONFIGS
-        if any(not 4 <= len(c.split(":")) <= 7 for c in args.bulk_configs.split(",")):
-            ap.error("--bulk-configs entries are MT:CW:SEG:NS[:BPS[:FP16[:PARTS]]]")
-        BULK_CONFIGS = [tuple(int(v) for v in c.split(":") + ["1", "-1", "0"][len(c.split(":")) - 4:])
+        if any(not 4 <= len(c.split(":")) <= 8 for c in args.bulk_configs.split(",")):
+            ap.error("--bulk-configs entries are MT:CW:SEG:NS[:BPS[:FP16[:PARTS[:WK]]]]")
+        BULK_CONFIGS = [tuple(int(v) for v in c.split(":") + ["1", "-1", "0", "0"][len(c.split(":")) - 4:])
                         for c in args.bulk_configs.split(",")]
+    if args.quant:
+        global BENCH_QUANT
+        BENCH_QUANT = tuple(int(v) for v in args.quant.split(":"))
     if args.bulk_over:
         BULK_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.bulk_over.split(","))})
     if args.wg_over:

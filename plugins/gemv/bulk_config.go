@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kcand/kcand/sdk"
 )
@@ -15,6 +16,7 @@ type bulkConfig struct {
 	Bits, Group int
 	MT          int  // 16-row m-tiles per tile
 	CW          int  // consumer warps (and one producer warp per part)
+	WK          int  // consumer warps sharing each stage, each with every WK-th group of it
 	U           int  // groups per ring stage
 	NS          int  // ring stages, a multiple of CW
 	XT          int  // token rows of x (the token count)
@@ -34,6 +36,9 @@ const (
 	bulkMaxFP16In   = 8192
 	bulkMaxShared   = 227 << 10
 	bulkSharedSlack = 1024 // the stages' 1024-byte alignment (see the kernel)
+	// bulkMinWarpsAbove is the fewest consumer warps a stage of more groups
+	// than the segment asks for may leave room for.
+	bulkMinWarpsAbove = 4
 )
 
 // chooseBulk picks the bulk variant for req on a GPU with sms
@@ -56,18 +61,51 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 	return cfg, why
 }
 
-// chooseBulkTiles is chooseBulk with the tile's m-tiles (mt) given.
+// chooseBulkTiles is chooseBulk with the tile's m-tiles (mt) given. It
+// tries the stage sizes bulkStageGroups lists, in order, and takes the
+// first that fits, except that one larger than the segment asks for is
+// taken only where blocks take several tiles and it leaves room for
+// bulkMinWarpsAbove consumer warps (else it is the last resort). Tenth
+// session, groups of 64: 13824 inputs take stages of 24 groups, 19.6 us
+// against 8 groups' 31.2; 3584 take 56 with four warps, 17.3 against 8
+// with eight, 20.2. Groups of 32: 3584->18944 56 groups 15.5 against 16
+// groups' 21.9; but 4608->4096, one 32-row tile per block, 48 groups with
+// four warps 8.2 against 16 with eight 6.4.
 func chooseBulkTiles(req sdk.Request, sms, maxShared, mt int) (bulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	segment := bulkSegment
 	if mt == 4 {
 		segment = bulkWideSegment
 	}
-	u := bulkGroupsPerStage(req.InFeatures/group, group*bits/8, segment)
-	if u == 0 {
+	fit, above, below := bulkStageGroups(req.InFeatures/group, group*bits/8, segment)
+	if len(fit)+len(above)+len(below) == 0 {
 		return bulkConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into stages of 8 to 64 groups", req.InFeatures/group)
 	}
-	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bits == 4 && req.InFeatures <= bulkMaxFP16In, Parts: 1}
+	several := ceilDiv(req.OutFeatures, 16*mt) > sms
+	var first bulkConfig // the first that fits, should none be taken
+	firstWhy := ""
+	for i, u := range slices.Concat(fit, above, below) {
+		cfg, why := chooseBulkStages(req, sms, maxShared, mt, u)
+		larger := i >= len(fit) && i < len(fit)+len(above)
+		switch {
+		case why == "" && (!larger || several && cfg.CW >= bulkMinWarpsAbove):
+			return cfg, ""
+		case why == "" && first.CW == 0:
+			first = cfg
+		case why != "" && firstWhy == "":
+			firstWhy = why
+		}
+	}
+	if first.CW > 0 {
+		return first, ""
+	}
+	return bulkConfig{}, firstWhy
+}
+
+// chooseBulkStages is chooseBulkTiles with the groups per stage (u) given.
+func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u int) (bulkConfig, string) {
+	bits, group := req.Weight.Bits, req.Weight.GroupSize
+	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bits == 4 && req.InFeatures <= bulkMaxFP16In, Parts: 1, WK: 1}
 	// Stages in two parts when blocks take several tiles or tiles have 64
 	// rows (the refill of a stage's first half then overlaps the arithmetic
 	// of its second), and a stage halves into whole 128-byte lines.
@@ -86,6 +124,12 @@ func chooseBulkTiles(req sdk.Request, sms, maxShared, mt int) (bulkConfig, strin
 			}
 		}
 		if cfg.NS > 0 {
+			// Stages in one part: two warps share each, every other
+			// group (tenth session: 14336->4096 11.6 us against 12.6,
+			// 4096x4096 5.2 against 5.5; with two parts, slower).
+			if cfg.Parts == 1 && cfg.CW%2 == 0 {
+				cfg.WK = 2
+			}
 			return cfg, ""
 		}
 	}
@@ -111,18 +155,29 @@ func bulkTileRows(out, bits, group, g int, wide bool) int {
 	return 16
 }
 
-// bulkGroupsPerStage is U: the groups of segment-byte row pieces, rounded
-// to a multiple of 8, else half or a quarter of that, else twice it; it
-// must be a multiple of 8 from 8 to 64 that divides the row's groups (0:
-// none).
-func bulkGroupsPerStage(groups, groupBytes, segment int) int {
+// bulkStageGroups lists the groups per stage (U) the rule tries: fit
+// holds want, the groups of segment-byte row pieces rounded down to a
+// multiple of 8 (at least 8), when it divides the row's groups; above, the
+// multiples of 8 above want, up to 64, that divide them, smallest first;
+// below, half and a quarter of want where they are such multiples and
+// divide them. U must be a multiple of 8 (the scales move in 16-byte
+// pieces) of at most 64.
+func bulkStageGroups(groups, groupBytes, segment int) (fit, above, below []int) {
 	want := max(8, segment/groupBytes/8*8)
-	for _, u := range []int{want, want / 2, want / 4, want * 2} {
-		if u >= 8 && u <= 64 && u%8 == 0 && groups%u == 0 {
-			return u
+	if want <= 64 && groups%want == 0 {
+		fit = []int{want}
+	}
+	for u := want + 8; u <= 64; u += 8 {
+		if groups%u == 0 {
+			above = append(above, u)
 		}
 	}
-	return 0
+	for _, u := range []int{want / 2, want / 4} {
+		if u >= 8 && u <= 64 && u%8 == 0 && groups%u == 0 {
+			below = append(below, u)
+		}
+	}
+	return fit, above, below
 }
 
 // sharedBytes is the launch's dynamic shared memory for in input features:
@@ -158,6 +213,9 @@ func (c bulkConfig) defines() map[string]int {
 	if c.Parts > 1 {
 		d["PARTS"] = c.Parts
 	}
+	if c.WK > 1 {
+		d["WK"] = c.WK
+	}
 	return d
 }
 
@@ -177,6 +235,6 @@ func (c bulkConfig) describe() string {
 	if c.FP16 {
 		operands = "fp16"
 	}
-	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps, %d stages of %d groups in %d part(s), %s operands",
-		c.Bits, c.Group, 16*c.MT, c.CW, c.NS, c.U, c.Parts, operands)
+	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps (%d per stage), %d stages of %d groups in %d part(s), %s operands",
+		c.Bits, c.Group, 16*c.MT, c.CW, c.WK, c.NS, c.U, c.Parts, operands)
 }

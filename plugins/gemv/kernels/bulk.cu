@@ -18,7 +18,12 @@
 // g64): the copies alone move the weights at 4.14 TB/s. At 8192->28672 the
 // kernel takes 33.7-34.8 us with FP16, stages in two parts and early start
 // (3.8-3.9 TB/s), and 28672->8192 35.1-37.8 us in 64-row tiles; the stream
-// kernel takes 38-42 us at both. FP16 is slower where in_features is
+// kernel takes 38-42 us at both. Tenth session: two warps on each stage
+// where stages come whole (14336->4096 11.6 us against 12.5), and stages
+// of 24 to 56 groups where 16 do not divide a row (13824->5120 19.5
+// against 31.2). With the copies alone (no arithmetic) the kernel reads
+// as fast as a plain read of the same bytes at every shape (4096->14336
+// 9.2 us, the read 9.3): the 3 to 4 us above that are the consumers'. FP16 is slower where in_features is
 // large (14336, 28672): every block converts the whole of x before it
 // starts. At 4 to 16 tokens (above 8 in two n-tiles) the kernel is correct
 // but slower than the stream kernel: x staged per stage crowds the ring,
@@ -79,15 +84,19 @@
 // MACROS (-D, all required unless a default is given)
 //   BITS   4 or 8               GROUP  32, 64 or 128
 //   MT     16-row m-tiles per tile (1, 2 or 4): a tile is TR = 16*MT rows
-//   CW     consumer warps per block (1..8); each takes whole stages
+//   CW     consumer warps per block (1..16), in CW/WK stage groups
+//   WK     consumer warps sharing each stage (default 1), a divisor of CW:
+//          warp w is warp w % WK of stage group w / WK and takes groups
+//          u = w % WK, u + WK, ... of each part of the group's stages, so
+//          a stage's latency is shared out without smaller stages
 //   U      groups per stage, a multiple of 8 up to 64 (scales move in
 //          16-byte pieces): a stage holds SEG = U*GROUP*BITS/8 bytes of
 //          each of the tile's rows, whole 128-byte swizzled lines
-//   NS     stages in the ring (2..16), a multiple of CW: consumer warp j
-//          then owns slots j, j+CW, ..., so the stage a warp waits for
-//          always follows one it consumed itself in the same slot (a
+//   NS     stages in the ring (2..16), a multiple of SG = CW/WK: stage
+//          group j then owns slots j, j+SG, ..., so the stage a warp waits
+//          for always follows one it consumed itself in the same slot (a
 //          parity wait cannot tell the phase it wants from the one before;
-//          with NS < CW a warp passed its first wait before any data came)
+//          with NS < SG a warp passed its first wait before any data came)
 //   XT     token rows of x a stage holds (1..16); the host passes the
 //          token count. Tokens are the mma's B columns, in NT = ceil(XT/8)
 //          n-tiles of 8 that share each unpacked A fragment
@@ -99,7 +108,8 @@
 //          it, so the refill of the next stage in the slot overlaps the
 //          arithmetic of the rest (the scales and biases come with the
 //          first part, into one of two buffers by round of the ring). SEG
-//          must split into whole 128-byte lines and U into whole groups
+//          must split into whole 128-byte lines and U into whole groups,
+//          and each part's groups among the WK warps
 //   UNR    groups unrolled together in the consumer loop (default 4: 2 and
 //          16 were slower)
 //   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
@@ -132,21 +142,30 @@
 //   and W(64) <= W(16), and eight consumer warps' stages fit (below); else
 //   2 if W(32) <= W(16); else 1. U: with
 //   want = max(8, floor(P/(GROUP*BITS/8)/8)*8) for row pieces of P = 256
-//   bytes (MT = 4 or tokens > 8) or 512, the first of want, want/2,
-//   want/4, 2*want that is a multiple of 8 from 8 to 64 and divides
-//   in/GROUP (none: not served). CW = 8; XT = tokens; FP16 = 1 when
+//   bytes (MT = 4 or tokens > 8) or 512, want if it divides in/GROUP; else,
+//   where blocks take several tiles (ceil(out/TR) > G), the next multiple
+//   of 8 above it, up to 64, that divides in/GROUP and leaves room for at
+//   least four consumer warps (below); else want/2 or want/4 if a multiple
+//   of 8 that divides it; else the next above (none: not served). Tenth
+//   session: 13824 inputs in g64, 24 groups 19.6 us against 8 groups'
+//   31.2; 3584, 56 with four warps 17.3 against 8 with eight 20.2; but
+//   4608->4096 in g32, one tile per block, 48 groups with four warps 8.2
+//   against 16 with eight 6.4. CW = 8; XT = tokens; FP16 = 1 when
 //   BITS == 4, in <= 8192 and tokens <= 8. PARTS = 2 when ceil(out/TR) > G
 //   (blocks take several tiles) or MT = 4, and SEG % 256 == 0, else 1
 //   (32-row tiles one per block: 2 was 0.2-1 us slower; 4 is slower than
 //   2). NS: the largest multiple of CW from 2 to 16 whose shared
 //   memory is at most 227 KiB (with BPS > 1 also (bytes+1024)*BPS <=
 //   228 KiB); when none fits, CW halves and the search repeats (none at
-//   CW = 1: not served).
+//   CW = 1: not served). WK = 2 when PARTS = 1 and CW is even, else 1
+//   (tenth session: 14336->4096 11.6 us against 12.6, 4096^2 5.2 against
+//   5.5; with stages in two parts, sharing them was slower).
 //
 // METHOD
 //   A block walks its tiles in order, each in NCH = in/(U*GROUP) chunks of
 //   U groups; chunk c of the block's k-th tile is stage number
-//   i = k*NCH + c, held in ring slot i % NS and consumed by warp i % CW.
+//   i = k*NCH + c, held in ring slot i % NS and consumed by the WK warps
+//   of stage group i % SG.
 //   Lane 0 of the producer warp (of each part's) fills a slot once its
 //   previous use is released: SEG/128 weight boxes of [TR rows][128 bytes], the scale and
 //   bias boxes, and (without FP16) x by one bulk copy per token row, all
@@ -155,11 +174,13 @@
 //   reads hit distinct banks without padding. Rows past the end arrive as
 //   zeros and are never stored.
 //   A consumer warp keeps its partial sums in registers over its
-//   consecutive chunks of a tile (i, i+CW, ... while they stay in the
-//   tile), releasing each slot once used. After its last chunk of the tile
+//   consecutive chunks of a tile (i, i+SG, ... while they stay in the
+//   tile), releasing each slot once used (a slot is free once all WK warps
+//   of its stage have released it). After its last chunk of the tile
 //   it adds the sums into a shared-memory accumulator (one per tile in
 //   flight, NS of them) and counts its chunks in; the warp whose count
-//   completes the tile rounds the sums to bf16 (RNE), stores them, clears
+//   completes the tile (WK*NCH chunk shares in all) rounds the sums to
+//   bf16 (RNE), stores them, clears
 //   the accumulator and only then releases the slot of that last chunk
 //   (with PARTS > 1: its last part). The last part of a slot is refilled
 //   only after its previous stage is wholly released, and the producer of
@@ -183,14 +204,21 @@ typedef unsigned short u16;
 #if GROUP != 32 && GROUP != 64 && GROUP != 128
 #error "GROUP must be 32, 64 or 128"
 #endif
-#if (MT != 1 && MT != 2 && MT != 4) || CW < 1 || CW > 8
-#error "need MT in {1,2,4} and 1 <= CW <= 8"
+#if (MT != 1 && MT != 2 && MT != 4) || CW < 1 || CW > 16
+#error "need MT in {1,2,4} and 1 <= CW <= 16"
 #endif
+#ifndef WK
+#define WK 1      // consumer warps sharing each stage, each with every WK-th group of it
+#endif
+#if WK < 1 || CW % WK != 0
+#error "WK must divide CW"
+#endif
+#define SG (CW / WK)                         // stage groups: group j takes stages j, j+SG, ...
 #if U < 8 || U % 8 != 0 || U > 64
 #error "U must be a multiple of 8, at most 64"
 #endif
-#if NS < 2 || NS > 16 || NS % CW != 0
-#error "NS must be 2..16 and a multiple of CW"
+#if NS < 2 || NS > 16 || NS % SG != 0
+#error "NS must be 2..16 and a multiple of CW/WK"
 #endif
 #ifndef FP16
 #define FP16 0    // 1: fp16 operands and resident x (4 bits): see "FP16" at the top
@@ -206,6 +234,9 @@ typedef unsigned short u16;
 #endif
 #if PARTS != 1 && PARTS != 2 && PARTS != 4
 #error "PARTS must be 1, 2 or 4"
+#endif
+#if U % (WK * PARTS) != 0
+#error "WK must divide each part's groups"
 #endif
 constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, not a macro
 #if XT < 1 || XT > 16
@@ -412,7 +443,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         for (int p = 0; p < PARTS; ++p)
             for (int s = 0; s < NS; ++s) {
                 kc_bar_init(full0 + 16 * NS * p + 8 * s, 1);    // the producer's expect_tx; the copies complete its bytes
-                kc_bar_init(empty0 + 16 * NS * p + 8 * s, 1);   // the consumer warp of the stage
+                kc_bar_init(empty0 + 16 * NS * p + 8 * s, WK);   // the consumer warps of the stage
             }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -556,7 +587,8 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
     int held = 0;
-    for (int i = warp; i < nstages; i += CW) {
+    const int sgi = warp / WK, sub = warp % WK;
+    for (int i = sgi; i < nstages; i += SG) {
         const int s = i % NS;
         const int k = i / nch, c = i - k * nch;
         const unsigned char* slot = smem + s * STAGE;
@@ -571,7 +603,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             }
             kc_bar_wait(full0 + 16 * NS * part + 8 * s, (i / NS) & 1);
 #pragma unroll kUnroll
-            for (int u = part * (U / PARTS); u < (part + 1) * (U / PARTS); ++u) {
+            for (int u = part * (U / PARTS) + sub; u < (part + 1) * (U / PARTS); u += WK) {
                 // x of group u for this lane's tokens, then the weights.
                 u32 xw[NT][4 * XLD];
 #pragma unroll
@@ -712,7 +744,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         // another tile (or none): acc[m][n][e] is row 16m+g+8(e>>1), token
         // 8n+2tig+(e&1). Until then the slot is released at once.
         ++held;
-        if (i + CW < nstages && (i + CW) / nch == k) {
+        if (i + SG < nstages && (i + SG) / nch == k) {
             __syncwarp();
             if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
             continue;
@@ -733,7 +765,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         int done = 0;
         if (lane == 0) {
             __threadfence_block();
-            done = atomicAdd(&cnt[b], held) == nch - held;
+            done = atomicAdd(&cnt[b], held) == WK * nch - held;
         }
         held = 0;
         done = __shfl_sync(0xFFFFFFFFu, done, 0);
