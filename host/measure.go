@@ -134,8 +134,9 @@ type run struct {
 	// exp is the candidate's launch plan loaded into the host's context,
 	// when it exports one and the device can launch it.
 	exp exported
-	// firstMicros is the host-observed time of its first correct run,
-	// from the call until the device has finished it.
+	// firstMicros is the host-observed time of its latest correct check
+	// run (one per sample), from the call until the device has finished
+	// it: the timing's iterations are sized from it.
 	firstMicros float64
 }
 

@@ -224,10 +224,10 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     stream kernel (ninth session: 16 tokens 95-150 us at the 132 MB shapes against 70).
 
     seg: packed bytes of each row per stage (U = want, seg / bytes per group rounded down to
-    a multiple of 8, when that divides the row's groups; else, where blocks take several
-    tiles, the next multiple of 8 above it, up to 64, that does and leaves room for four
-    consumer warps' stages; else half or a quarter of want; else the next above). mt: 16-row
-    m-tiles per tile (above).
+    a multiple of 8, where that divides the row's groups; else, in 16- and 32-row tiles of
+    which blocks take several, the next multiple of 8 above it, up to 64, that does, leaves
+    room for four consumer warps' stages and gives the busiest block four stages; else half
+    or a quarter of want). mt: 16-row m-tiles per tile (above).
     ns: ring stages, a multiple of cw; by default as many as fit (at most 16;
     cw halves when not even cw stages fit). bps: resident
     blocks per SM the grid is sized for (the '_BPS' entry, not a macro; a
@@ -239,7 +239,8 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     4096->14336 from 16.2 to 14.3, but lengthens 32-row one-tile-per-block shapes by 0.2-1
     us; ninth: 28672->8192 in 64-row tiles 37.1 -> 35.1; 4 is slower than 2).
     wk: consumer warps sharing each stage, each taking every wk-th group of it (WK); by
-    default 2 where stages come in one part and the warps pair up, else 1.
+    default 2 where 16- or 32-row tiles' stages come in one part and the warps pair up,
+    else 1.
     Contradictory settings (also through --bulk-over) give None."""
     if bits not in (4, 8) or not 1 <= tokens <= 16 or in_f % group or out_f % 8:
         return None
@@ -259,24 +260,29 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     groups = in_f // group
     gbytes = group * bits // 8
     want = max(8, seg // gbytes // 8 * 8)
-    # U: want when it divides the row's groups; else, where blocks take several tiles, the
-    # next multiple of 8 above it (up to 64) that does and leaves room for four consumer
-    # warps' stages; else half or a quarter of want; else the next above. Tenth session,
-    # g64: 13824 inputs, 24 groups per stage 19.6 us against 8 groups' 31.2; 3584, 56
-    # groups with four warps 17.3 against 8 with eight 20.2; g32: 3584->18944 56 groups
-    # 15.5 against 16 groups' 21.9, 13824->5120 48 against 16 22.5 / 33.3; but 4608->4096
-    # g32, one 32-row tile per block, 48 groups with four warps 8.2 against 16 with eight 6.4
+    # U: want where it divides the row's groups. Else, in 16- and 32-row tiles of which blocks
+    # take several, the first larger multiple of 8 (up to 64) that divides them, leaves room
+    # for four consumer warps' stages and gives the busiest block four stages; else half or a
+    # quarter of want. Tenth session, 1 token, g64: 13824 inputs, 24 groups per stage
+    # 19.4-19.6 us against 8 groups' 31.1-31.2; 3584->18944, 56 groups (nine stages per
+    # block) with four warps 17.3 against 8 with eight 20.1; g32: 3584->18944 56 groups 15.5
+    # against 16 groups' 21.9, 13824->5120 48 against 16 22.5 against 33.1; 8 bits g32:
+    # 2304->4240 24 groups 8.5 against 8 groups' 11.3. But with two stages per block,
+    # 768->8192 at 8 bits 7.0 against 5.5 and 1536->4240 g32 5.0 against 4.8; one 32-row
+    # tile per block, 4608->4096 g32 48 groups with four warps 8.2 against 16 with eight 6.4;
+    # 64-row tiles were not measured with larger stages.
     fit = [v for v in (want,) if v <= 64 and groups % v == 0]
     above = [v for v in range(want + 8, 65, 8) if groups % v == 0]
     below = [v for v in (want // 2, want // 4) if 8 <= v <= 64 and v % 8 == 0 and groups % v == 0]
-    several = -(-out_f // (16 * mt)) > sms * bps
-    first = None
+    tiles = -(-out_f // (16 * mt))
+    per_block = -(-tiles // (sms * bps))   # tiles the busiest block takes
+    if mt == 4 or per_block < 2:
+        above = []
     for u in fit + above + below:
         c = _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp16, parts, wk)
-        if c is not None and (u in fit or u in below or several and c["CW"] >= min(4, cw)):
+        if c is not None and (u not in above or c["CW"] >= min(4, cw) and per_block * (groups // u) >= 4):
             return c
-        first = first or c
-    return first
+    return None
 
 
 def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp16, parts, wk):
@@ -317,10 +323,13 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
         if not ns:
             return None
     cfg["NS"] = ns
-    # Stages in one part: two warps share each, every other group (tenth session:
-    # 14336->4096 11.6 us against 12.6, 4096^2 5.2 against 5.5; with two parts it is slower)
+    # Stages in one part (blocks that take one tile each, or stages that do not halve into
+    # 256-byte lines) of 16- and 32-row tiles: two warps share each, every other group. Tenth
+    # session: 14336->4096 11.6-11.8 us against 12.5-12.6, 4096^2 5.2 against 5.5,
+    # 3584->18944 g32 15.5 against 17.1; 18944->3584 19.5 against 19.3; with two parts it is
+    # slower; 64-row tiles were not measured
     if wk is None:
-        wk = 2 if cfg.get("PARTS", 1) == 1 and cfg["CW"] % 2 == 0 else 1
+        wk = 2 if cfg.get("PARTS", 1) == 1 and mt < 4 and cfg["CW"] % 2 == 0 else 1
     if wk > 1:
         cfg["WK"] = wk
     if cfg["CW"] % wk or ns % (cfg["CW"] // wk) or u % (wk * cfg.get("PARTS", 1)) or not fits(cfg):
@@ -922,9 +931,9 @@ def bulk_correctness_cases():
         (2048, 8192, 4, 64, False, 5, dict(fp16=1, mt=4, _GRID=9)),
         # two warps per stage, each with every other group (WK), 16 consumer warps
         (4096, 14336, 4, 64, True, 1, dict(fp16=1, cw=16, wk=2)),
-        (8192, 28672, 4, 64, False, 1, dict(fp16=1, cw=16, wk=2)),
-        (28672, 8192, 4, 64, True, 1, dict(cw=16, wk=2)),
-        (14336, 4096, 4, 64, False, 3, dict(cw=16, wk=2, _GRID=9)),
+        (8192, 28672, 4, 64, False, 1, dict(fp16=1, cw=16, wk=2, ns=8)),
+        (28672, 8192, 4, 64, True, 1, dict(cw=16, wk=2, ns=8)),
+        (14336, 4096, 4, 64, False, 3, dict(cw=16, wk=2, ns=8, _GRID=9)),
         (4096, 4104, 4, 64, True, 8, dict(fp16=1, cw=8, wk=4, _GRID=7)),
         (3072, 1032, 8, 32, False, 2, dict(cw=12, wk=3, seg=768, parts=1, _GRID=5)),
         # the rule's two warps per stage with many tiles per block, and its larger stages
@@ -933,7 +942,7 @@ def bulk_correctness_cases():
         (14336, 4096, 4, 64, True, 1, dict(_GRID=11)),
         (13824, 5120, 4, 64, False, 1, {}),
         (3584, 18944, 4, 64, True, 1, dict(fp16=None)),
-        (1536, 4240, 4, 32, True, 1, dict(fp16=None, _GRID=9)),
+        (2304, 4240, 8, 32, True, 1, dict(_GRID=9)),
     ]
     return cases
 

@@ -5,6 +5,8 @@ scripts/affine_kernels.py):
 
     SHAPES=4096x14336,28672x8192 TOK=1 ncu --clock-control none -k regex:affine_stream \\
         --section SpeedOfLight --section WarpStateStats python3 scripts/prof_stream.py
+
+(with KIND=bulk, -k regex:affine_bulk).
 """
 import os
 import sys

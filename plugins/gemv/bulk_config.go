@@ -37,8 +37,10 @@ const (
 	bulkMaxShared   = 227 << 10
 	bulkSharedSlack = 1024 // the stages' 1024-byte alignment (see the kernel)
 	// bulkMinWarpsAbove is the fewest consumer warps a stage of more groups
-	// than the segment asks for may leave room for.
-	bulkMinWarpsAbove = 4
+	// than the segment asks for may leave room for, and bulkMinStagesAbove
+	// the fewest stages its block must then take.
+	bulkMinWarpsAbove  = 4
+	bulkMinStagesAbove = 4
 )
 
 // chooseBulk picks the bulk variant for req on a GPU with sms
@@ -61,45 +63,44 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 	return cfg, why
 }
 
-// chooseBulkTiles is chooseBulk with the tile's m-tiles (mt) given. It
-// tries the stage sizes bulkStageGroups lists, in order, and takes the
-// first that fits, except that one larger than the segment asks for is
-// taken only where blocks take several tiles and it leaves room for
-// bulkMinWarpsAbove consumer warps (else it is the last resort). Tenth
-// session, groups of 64: 13824 inputs take stages of 24 groups, 19.6 us
-// against 8 groups' 31.2; 3584 take 56 with four warps, 17.3 against 8
-// with eight, 20.2. Groups of 32: 3584->18944 56 groups 15.5 against 16
-// groups' 21.9; but 4608->4096, one 32-row tile per block, 48 groups with
-// four warps 8.2 against 16 with eight 6.4.
+// chooseBulkTiles is chooseBulk with the tile's m-tiles (mt) given. Its
+// stages hold want groups (bulkStageGroups) where that divides the row's
+// groups. Else, in 16- and 32-row tiles of which blocks take several, they
+// hold the first larger size that leaves room for bulkMinWarpsAbove
+// consumer warps and gives the busiest block bulkMinStagesAbove stages;
+// else half or a quarter of want. Tenth session, 1 token: 13824 inputs in
+// groups of 64 take stages of 24 groups, 19.4-19.6 us against 8 groups'
+// 31.1-31.2; 3584->18944 takes 56 (nine stages per block) with four
+// warps, 17.3 against 8 with eight, 20.1; 2304->4240 at 8 bits in groups
+// of 32, 24 groups 8.5 against 8 groups' 11.3. But with two stages per
+// block 768->8192 at 8 bits took 7.0 against 5.5, and 1536->4240 at 4 bits
+// 5.0 against 4.8; with one tile per block 4608->4096 in groups of 32 took
+// 8.2 with 48 groups and four warps against 6.4 with 16 and eight; and
+// 64-row tiles were not measured with larger stages.
 func chooseBulkTiles(req sdk.Request, sms, maxShared, mt int) (bulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	segment := bulkSegment
 	if mt == 4 {
 		segment = bulkWideSegment
 	}
-	fit, above, below := bulkStageGroups(req.InFeatures/group, group*bits/8, segment)
-	if len(fit)+len(above)+len(below) == 0 {
-		return bulkConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into stages of 8 to 64 groups", req.InFeatures/group)
+	groups := req.InFeatures / group
+	fit, above, below := bulkStageGroups(groups, group*bits/8, segment)
+	tilesPerBlock := ceilDiv(ceilDiv(req.OutFeatures, 16*mt), sms)
+	if mt == 4 || tilesPerBlock < 2 {
+		above = nil
 	}
-	several := ceilDiv(req.OutFeatures, 16*mt) > sms
-	var first bulkConfig // the first that fits, should none be taken
-	firstWhy := ""
-	for i, u := range slices.Concat(fit, above, below) {
-		cfg, why := chooseBulkStages(req, sms, maxShared, mt, u)
-		larger := i >= len(fit) && i < len(fit)+len(above)
-		switch {
-		case why == "" && (!larger || several && cfg.CW >= bulkMinWarpsAbove):
+	why := fmt.Sprintf("in_features/group_size=%d groups do not split into stages of 8 to 64 groups", groups)
+	for _, u := range slices.Concat(fit, above, below) {
+		cfg, w := chooseBulkStages(req, sms, maxShared, mt, u)
+		larger := slices.Contains(above, u)
+		if w == "" && (!larger || cfg.CW >= bulkMinWarpsAbove && tilesPerBlock*(groups/u) >= bulkMinStagesAbove) {
 			return cfg, ""
-		case why == "" && first.CW == 0:
-			first = cfg
-		case why != "" && firstWhy == "":
-			firstWhy = why
+		}
+		if w != "" {
+			why = w
 		}
 	}
-	if first.CW > 0 {
-		return first, ""
-	}
-	return bulkConfig{}, firstWhy
+	return bulkConfig{}, why
 }
 
 // chooseBulkStages is chooseBulkTiles with the groups per stage (u) given.
@@ -124,10 +125,14 @@ func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u int) (bulkConfig, s
 			}
 		}
 		if cfg.NS > 0 {
-			// Stages in one part: two warps share each, every other
-			// group (tenth session: 14336->4096 11.6 us against 12.6,
-			// 4096x4096 5.2 against 5.5; with two parts, slower).
-			if cfg.Parts == 1 && cfg.CW%2 == 0 {
+			// Stages in one part (blocks that take one tile each, or
+			// stages that do not halve into 256-byte lines) of 16- and
+			// 32-row tiles: two warps share each, every other group.
+			// Tenth session: 14336->4096 11.6-11.8 us against
+			// 12.5-12.6, 4096x4096 5.2 against 5.5, 3584->18944 in
+			// groups of 32 15.5 against 17.1; 18944->3584 19.5 against
+			// 19.3; with two parts, slower; 64-row tiles not measured.
+			if cfg.Parts == 1 && mt < 4 && cfg.CW%2 == 0 {
 				cfg.WK = 2
 			}
 			return cfg, ""

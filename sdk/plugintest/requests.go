@@ -55,7 +55,7 @@ func GPURequests() []sdk.Request {
 		// the stream kernel: 4 and 8 bits, decode and small batches
 		a(3, 4096, 4104, 4, 32, true),
 		a(1, 14336, 4096, 4, 64, false),
-		a(1, 1536, 4240, 4, 32, true), // gemv/bulk: 48 groups per stage (16-row tiles, several per block)
+		a(1, 2304, 4240, 8, 32, true), // gemv/bulk: 24 groups per stage (16-row tiles, several per block)
 		a(5, 2048, 2056, 8, 64, true),
 		a(12, 4096, 4096, 8, 32, false),
 		a(24, 2048, 8192, 4, 128, true),

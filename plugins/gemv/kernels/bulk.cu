@@ -19,15 +19,18 @@
 // kernel takes 33.7-34.8 us with FP16, stages in two parts and early start
 // (3.8-3.9 TB/s), and 28672->8192 35.1-37.8 us in 64-row tiles; the stream
 // kernel takes 38-42 us at both. Tenth session: two warps on each stage
-// where stages come whole (14336->4096 11.6 us against 12.5), and stages
-// of 24 to 56 groups where 16 do not divide a row (13824->5120 19.5
-// against 31.2). With the copies alone (no arithmetic) the kernel reads
-// as fast as a plain read of the same bytes at every shape (4096->14336
-// 9.2 us, the read 9.3): the 3 to 4 us above that are the consumers'. FP16 is slower where in_features is
-// large (14336, 28672): every block converts the whole of x before it
-// starts. At 4 to 16 tokens (above 8 in two n-tiles) the kernel is correct
-// but slower than the stream kernel: x staged per stage crowds the ring,
-// and its few consumer warps leave the arithmetic's latency exposed.
+// where stages come in one part (14336->4096 11.6-11.8 us against
+// 12.5-12.6), and stages of 24 to 56 groups where 16 do not divide a row
+// (13824->5120 19.4-19.6 against 31.1-31.2). With the copies alone (no
+// arithmetic) the kernel reads as fast as a plain read of the same bytes
+// at every measured shape but 28672->8192 (4096->14336 9.2 us, the read
+// 9.3; 28672->8192 32.7 against 30.5): the 1.5 to 4.2 us above that are
+// the consumers'. FP16 is slower where in_features is large (14336,
+// 28672): every block converts the whole of x before it starts. At 4 to
+// 16 tokens (above 8 in two n-tiles) the kernel is correct but slower
+// than the stream kernel: x staged per stage crowds the ring, and its few
+// consumer warps leave the arithmetic's latency exposed (tenth session:
+// 128-row tiles with warps sharing stages did not change that).
 //
 // FP16 (4 bits): the consumer warps first convert x, once per block,
 // into shared memory that stays resident: per (token, group) sigma = the
@@ -142,24 +145,30 @@
 //   and W(64) <= W(16), and eight consumer warps' stages fit (below); else
 //   2 if W(32) <= W(16); else 1. U: with
 //   want = max(8, floor(P/(GROUP*BITS/8)/8)*8) for row pieces of P = 256
-//   bytes (MT = 4 or tokens > 8) or 512, want if it divides in/GROUP; else,
-//   where blocks take several tiles (ceil(out/TR) > G), the next multiple
-//   of 8 above it, up to 64, that divides in/GROUP and leaves room for at
-//   least four consumer warps (below); else want/2 or want/4 if a multiple
-//   of 8 that divides it; else the next above (none: not served). Tenth
-//   session: 13824 inputs in g64, 24 groups 19.6 us against 8 groups'
-//   31.2; 3584, 56 with four warps 17.3 against 8 with eight 20.2; but
-//   4608->4096 in g32, one tile per block, 48 groups with four warps 8.2
-//   against 16 with eight 6.4. CW = 8; XT = tokens; FP16 = 1 when
+//   bytes (MT = 4 or tokens > 8) or 512: want where it divides in/GROUP
+//   (and a ring fits). Else, where MT < 4 and blocks take several tiles
+//   (ceil(out/TR) > G), the next multiple of 8 above it, up to 64, that
+//   divides in/GROUP, leaves room for at least four consumer warps (below)
+//   and gives the busiest block at least four stages; else want/2 or
+//   want/4 if a multiple of 8 that divides it (none: not served). Tenth
+//   session: 13824 inputs in g64, 24 groups 19.4-19.6 us against 8
+//   groups' 31.1-31.2; 3584->18944, 56 with four warps 17.3 against 8
+//   with eight 20.1; but with two stages per block 768->8192 at 8 bits
+//   7.0 against 5.5, and with one tile per block 4608->4096 in g32, 48
+//   groups and four warps, 8.2 against 16 and eight, 6.4.
+//   CW = 8; XT = tokens; FP16 = 1 when
 //   BITS == 4, in <= 8192 and tokens <= 8. PARTS = 2 when ceil(out/TR) > G
 //   (blocks take several tiles) or MT = 4, and SEG % 256 == 0, else 1
 //   (32-row tiles one per block: 2 was 0.2-1 us slower; 4 is slower than
 //   2). NS: the largest multiple of CW from 2 to 16 whose shared
 //   memory is at most 227 KiB (with BPS > 1 also (bytes+1024)*BPS <=
 //   228 KiB); when none fits, CW halves and the search repeats (none at
-//   CW = 1: not served). WK = 2 when PARTS = 1 and CW is even, else 1
-//   (tenth session: 14336->4096 11.6 us against 12.6, 4096^2 5.2 against
-//   5.5; with stages in two parts, sharing them was slower).
+//   CW = 1: not served). WK = 2 when PARTS = 1 (blocks that take one tile
+//   each, or stages that do not halve into 256-byte lines), MT < 4 and
+//   CW is even, else 1. Tenth session: 14336->4096 11.6-11.8 us against
+//   12.5-12.6, 4096^2 5.2 against 5.5, 3584->18944 g32 15.5 against 17.1;
+//   but 18944->3584 19.5 against 19.3; with stages in two parts, sharing
+//   them was slower; 64-row tiles were not measured with it.
 //
 // METHOD
 //   A block walks its tiles in order, each in NCH = in/(U*GROUP) chunks of

@@ -187,9 +187,11 @@ func TestSpotCheckFindsAWrongElement(t *testing.T) {
 }
 
 // TestSampledReferenceMatchesTheFullReference checks the parallel spot
-// check against Reference at every sampled position, for packings that
-// cross words (3 and 5 bits), with a bias and several tokens, on one core
-// and on many, and that it returns the output's own bytes beside them.
+// check against Reference: each returned pair of output bytes names its
+// element (the output holds each element's index), and the reference value
+// beside it must equal Reference's for that element to the bit. Packings
+// that cross words (3 and 5 bits), a bias and several tokens, on one core
+// and on four; the elements must be in order and cover every token.
 func TestSampledReferenceMatchesTheFullReference(t *testing.T) {
 	for _, bits := range []int{3, 4, 5, 8} {
 		req := request(3, 512, 136, bits, 64)
@@ -197,31 +199,38 @@ func TestSampledReferenceMatchesTheFullReference(t *testing.T) {
 		s := RandomSample(req, uint64(11+bits))
 		ref := Reference(req, s.Weights, s.Inputs[X])
 		y := make([]byte, 2*len(ref))
-		for i := range y {
-			y[i] = byte(i * 7)
+		for i := range ref {
+			y[2*i], y[2*i+1] = byte(i), byte(i>>8)
 		}
-		for _, n := range []int{0, 37, 256} {
+		for _, n := range []int{0, 37, 100} {
 			for _, procs := range []int{1, 4} {
 				prev := runtime.GOMAXPROCS(procs)
 				got, want := SampledReference(req, s, y, n)
 				runtime.GOMAXPROCS(prev)
-				stride := 1
-				if n > 0 && len(ref) > n {
-					stride = len(ref) / n
-					if stride%req.OutFeatures == 0 {
-						stride++
-					}
+				require.Len(t, got, 2*len(want), "bits=%d n=%d", bits, n)
+				if n == 0 {
+					require.Len(t, want, len(ref), "n=0 checks every element")
+				} else {
+					require.GreaterOrEqual(t, len(want), n, "bits=%d n=%d", bits, n)
+					require.Less(t, len(want), 2*n, "bits=%d n=%d", bits, n)
 				}
-				require.Len(t, want, (len(ref)+stride-1)/stride, "bits=%d n=%d", bits, n)
-				require.Len(t, got, 2*len(want))
+				tokens := map[int]bool{}
+				last := -1
 				for j, v := range want {
-					idx := j * stride
-					assert.InDelta(t, ref[idx], v, 1e-12*(1+math.Abs(ref[idx])), "bits=%d n=%d element %d", bits, n, idx)
-					assert.Equal(t, y[2*idx:2*idx+2], got[2*j:2*j+2], "bits=%d n=%d element %d", bits, n, idx)
+					idx := int(got[2*j]) | int(got[2*j+1])<<8
+					require.Greater(t, idx, last, "bits=%d n=%d: elements in order", bits, n)
+					last = idx
+					tokens[idx/req.OutFeatures] = true
+					assert.Equal(t, ref[idx], v, "bits=%d n=%d element %d", bits, n, idx)
 				}
+				assert.Len(t, tokens, req.Tokens, "bits=%d n=%d: every token", bits, n)
 			}
 		}
 	}
+	// A short output fails the check on its length instead of panicking.
+	req := request(1, 512, 136, 4, 64)
+	s := RandomSample(req, 3)
+	assert.Error(t, SpotCheck(req, s, make([]byte, 10), 17))
 }
 
 func TestPatternSampleUsesEveryLevel(t *testing.T) {

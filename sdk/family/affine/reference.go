@@ -81,22 +81,24 @@ func SampledReference(req spec.Request, sample spec.Sample, y []byte, n int) ([]
 		}
 	}
 	count := (total + stride - 1) / stride
-	got := make([]byte, 2*count)
 	want := make([]float64, count)
-	// A chunk of consecutive elements shares one unpacking buffer (and
-	// often a row: the stride is usually below out_features).
+	if len(y) < 2*total {
+		// A short output fails the gate on its length (Check), not with
+		// a panic in a worker.
+		return nil, want
+	}
+	got := make([]byte, 2*count)
+	// A chunk of consecutive elements shares one unpacking buffer.
+	// Consecutive elements never share a row (the stride is not a multiple
+	// of out_features), so each unpacks its own.
 	const chunk = 16
+	rowBytes := RowWords(req) * 4
 	parallel((count+chunk-1)/chunk, func(c int) {
 		q := make([]uint8, req.InFeatures)
-		lastRow := -1
 		for j := c * chunk; j < min(count, (c+1)*chunk); j++ {
 			idx := j * stride
 			t, o := idx/req.OutFeatures, idx%req.OutFeatures
-			if o != lastRow {
-				rowBytes := RowWords(req) * 4
-				UnpackRow(sample.Weights[Weight][o*rowBytes:(o+1)*rowBytes], req.Weight.Bits, q)
-				lastRow = o
-			}
+			UnpackRow(sample.Weights[Weight][o*rowBytes:(o+1)*rowBytes], req.Weight.Bits, q)
 			want[j] = unpackedElement(req, sample.Weights, sample.Inputs[X], q, t, o)
 			got[2*j], got[2*j+1] = y[2*idx], y[2*idx+1]
 		}
