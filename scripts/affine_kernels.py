@@ -58,7 +58,7 @@ KERNELS = ()              # --kernel filter: () = all five
 STREAM_ONLY = False       # --sweep times alternative configs of affine_stream only
 STREAM_CONFIGS = None     # --stream-configs: [(MT, KW, U, D, MINB, XT)] replacing the stream sweep
 STREAM_OVER = {}          # --stream-over: macros every affine_stream variant takes (e.g. COOP=1)
-BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FP16, PARTS)] timed with --sweep
+BULK_CONFIGS = None       # --bulk-configs: [(MT, CW, SEG, NS, BPS, FP16, PARTS, WK)] timed with --sweep
 BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes (e.g. UNR=2)
 BENCH_QUANT = (4, 64)     # --quant: the benchmark's bits and group size
 WG_OVER = {}              # --wg-over: macros every wg.cu variant takes (e.g. AW=3)
@@ -213,7 +213,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
                 mt: int | None = None, cw: int = 8, seg: int | None = None, ns: int | None = None, bps: int = 1,
                 fp16: int | None = None, parts: int | None = None, wk: int | None = None) -> dict | None:
     """Macros for affine_bulk (tokens 1..16, 4 or 8 bits), or None when it does not apply.
-    By default its fastest variant on the H200 at one token (bench/NOTES.md, seventh to ninth
+    By default its fastest variant on the H200 at one token (bench/NOTES.md, seventh to tenth
     sessions): 64-row tiles when 16-row ones would leave no shorter last wave (4 bits, groups
     <= 64, and only where eight warps' stages fit), else 32-row unless 16 leave a shorter
     last wave; 8 consumer warps; 512-byte row pieces (256 with
@@ -937,7 +937,7 @@ def bulk_correctness_cases():
         (4096, 4104, 4, 64, True, 8, dict(fp16=1, cw=8, wk=4, _GRID=7)),
         (3072, 1032, 8, 32, False, 2, dict(cw=12, wk=3, seg=768, parts=1, _GRID=5)),
         # the rule's two warps per stage with many tiles per block, and its larger stages
-        # where 16 groups do not divide the row's (24, 56 and 48 groups)
+        # where want does not divide the row's groups (24 and 56 groups; 24 at 8 bits)
         (4096, 4104, 4, 64, True, 1, dict(parts=1, _GRID=7)),
         (14336, 4096, 4, 64, True, 1, dict(_GRID=11)),
         (13824, 5120, 4, 64, False, 1, {}),

@@ -55,7 +55,6 @@ func GPURequests() []sdk.Request {
 		// the stream kernel: 4 and 8 bits, decode and small batches
 		a(3, 4096, 4104, 4, 32, true),
 		a(1, 14336, 4096, 4, 64, false),
-		a(1, 2304, 4240, 8, 32, true), // gemv/bulk: 24 groups per stage (16-row tiles, several per block)
 		a(5, 2048, 2056, 8, 64, true),
 		a(12, 4096, 4096, 8, 32, false),
 		a(24, 2048, 8192, 4, 128, true),
@@ -71,6 +70,7 @@ func GPURequests() []sdk.Request {
 		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts
+		a(1, 2304, 4240, 8, 32, true),    // gemv/bulk: 24 groups per stage, 16-row tiles, several per block
 	}
 }
 

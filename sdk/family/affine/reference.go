@@ -61,8 +61,8 @@ func SpotCheck(req spec.Request, sample spec.Sample, y []byte, n int) error {
 	return Check(got, want)
 }
 
-// SampledReference picks up to n elements of y (n ≤ 0: all) on a stride
-// through the output and returns them (as bf16 bytes) with their float64
+// SampledReference picks about n elements of y (n ≤ 0: all; fewer than 2n)
+// on a stride through the output and returns them (as bf16 bytes) with their float64
 // reference values.
 //
 // The elements are independent, so they are computed in parallel, each
