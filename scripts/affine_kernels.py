@@ -943,6 +943,14 @@ def bulk_correctness_cases():
         (13824, 5120, 4, 64, False, 1, {}),
         (3584, 18944, 4, 64, True, 1, dict(fp16=None)),
         (2304, 4240, 8, 32, True, 1, dict(_GRID=9)),
+        # offsets computed per group (FASTADDR 0: the rule's runs of 20 groups, or forced), the
+        # last tile's shares through atomics (ENDR 0), and the end path with many tiles per block
+        (1280, 4104, 4, 32, True, 1, dict(seg=640, parts=1, wk=2)),
+        (4096, 14336, 4, 64, True, 1, dict(FASTADDR=0)),
+        (14336, 4096, 4, 64, False, 3, dict(FASTADDR=0, _GRID=9)),
+        (3072, 1032, 8, 32, False, 2, dict(cw=12, wk=3, seg=768, parts=1, _GRID=5, FASTADDR=0)),
+        (28672, 8192, 4, 64, True, 1, dict(ENDR=0)),
+        (8192, 4104, 4, 64, False, 8, dict(mt=2, _GRID=19)),
     ]
     return cases
 
@@ -953,11 +961,12 @@ def run_bulk_correctness() -> bool:
     cfgs = []
     for in_f, out_f, b, g, bias, t, over in cases:
         grid = over.get("_GRID")
-        kw = {k: v for k, v in over.items() if not k.startswith("_")}
+        kw = {k: v for k, v in over.items() if not k.startswith("_") and not k.isupper()}
         kw.setdefault("fp16", 0)   # the fp16 variant where a case asks for it
         c = bulk_config(b, g, t, in_f, out_f, **kw)
         if c is None:
             raise SystemExit(f"bulk case {in_f}->{out_f} q{b} g{g} t={t} {over}: no config")
+        c.update({k: v for k, v in over.items() if k.isupper()})   # macros (FASTADDR, ENDR)
         if grid:
             c["_GRID"] = grid
         c["KC_HANG_TRAP"] = 1   # a stuck barrier wait traps instead of hanging the run

@@ -115,6 +115,11 @@
 //          and each part's groups among the WK warps
 //   UNR    groups unrolled together in the consumer loop (default 4: 2 and
 //          16 were slower)
+//   KC_TIMELINE   (diagnostics, scripts/bulk_timeline.py) lane 0 of every
+//          warp records, in the __device__ array kc_tl, its start and end
+//          (%globaltimer and clock64), the cycles it spent in barrier
+//          waits, how many waits and how many found their data there, when
+//          its first and last wait ended and when its last flush began
 //   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
 //          where it is stuck and traps, so a hang becomes a launch error
 //          (under early start the first wait also covers the kernel ahead:
@@ -271,6 +276,17 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #if SEG % (128 * PARTS) != 0 || U % PARTS != 0
 #error "PARTS must split a stage into whole swizzled lines and whole groups"
 #endif
+// FASTADDR: a warp takes UW consecutive groups of each part of a stage
+// (sub-warp w of a stage the w-th run), UG unrolled at a time, each run
+// starting on a whole 128-byte line, so that the swizzled offsets are
+// constants; else (runs that do not start on a line) every WK-th group,
+// with offsets computed per group.
+#define GPL (GBYTES >= 128 ? 1 : 128 / GBYTES)    // groups per 128-byte line
+#define UW (U / PARTS / WK)                          // groups per warp and part
+#define UG (GPL > UNR ? GPL : UNR)                   // groups unrolled together
+#ifndef FASTADDR
+#define FASTADDR (UW % UG == 0)
+#endif
 #define SSTRIDE (2 * U)                      // scale bytes per row and stage
 #define XSEG (U * GROUP * 2)                 // x bytes per token and stage
 #define XSTRIDE (XSEG + 16)
@@ -289,6 +305,14 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #define BAR_OFF (CNT_OFF + ((4 * NS + 15) / 16) * 16)
 #define SMEM_BYTES (BAR_OFF + 16 * NS * PARTS)   // FP16: then the resident x (XT rows of 2*in+16 bytes)
                                                    // and its per-group constants (16 bytes per group and token)
+#define FIN_BYTES (CW * XT * TR * 4)          // the warps' last sums, in the ring once it is free
+#ifndef ENDR
+#define ENDR 1    // 1: the last tile's shares are added at the block's end through the ring (below)
+#endif
+#if ENDR && FIN_BYTES > NS * STAGE
+#undef ENDR
+#define ENDR 0
+#endif
 
 #define KC_DEV __device__ __forceinline__
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
@@ -412,6 +436,54 @@ KC_DEV const u16* kc_grid_wait_for(const u16* p) {
 }
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+#ifdef KC_TIMELINE
+// kc_tl[block][warp]: start and end %globaltimer (ns), start and end clock64,
+// cycles in barrier waits, waits, clock64 when the first and the last ended,
+// waits that found their barrier complete at the first poll, and clock64
+// when the warp's last flush of sums began.
+__device__ unsigned long long kc_tl[1024][32][12];
+KC_DEV unsigned long long kc_gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+KC_DEV bool kc_bar_test(u32 bar, u32 parity) {
+    u32 done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
+}
+struct kc_timeline {
+    unsigned long long g0, c0, wait, n, first, last, ready, flush;
+    KC_DEV void start() { g0 = kc_gtime(); c0 = clock64(); wait = n = first = last = ready = flush = 0; }
+    KC_DEV void wait_on(u32 bar, u32 parity) {
+        const unsigned long long a = clock64();
+        if (kc_bar_test(bar, parity)) ++ready;
+        else kc_bar_wait(bar, parity);
+        const unsigned long long b = clock64();
+        wait += b - a;
+        if (n++ == 0) first = b;
+        last = b;
+    }
+    KC_DEV void flushing() { flush = clock64(); }
+    KC_DEV void finish(int lane) {
+        if (lane != 0 || blockIdx.x >= 1024) return;
+        unsigned long long* r = kc_tl[blockIdx.x][threadIdx.x >> 5];
+        const unsigned long long c1 = clock64();
+        r[0] = g0; r[1] = kc_gtime(); r[2] = c0; r[3] = c1; r[4] = wait; r[5] = n; r[6] = first; r[7] = last;
+        r[8] = ready; r[9] = flush;
+    }
+};
+#define KC_TL_WAIT(bar, parity) tl.wait_on(bar, parity)
+#else
+struct kc_timeline {
+    KC_DEV void start() {}
+    KC_DEV void flushing() {}
+    KC_DEV void finish(int) {}
+};
+#define KC_TL_WAIT(bar, parity) kc_bar_wait(bar, parity)
+#endif
+
 extern "C" __global__ void __launch_bounds__(32 * (CW + PARTS), 1)
 affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tmap smap,
             const __grid_constant__ kc_tmap bmap, const u16* __restrict__ x,
@@ -458,6 +530,8 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     }
     __syncthreads();
     kc_grid_release();
+    kc_timeline tl;
+    tl.start();
 
     if (warp >= CW) {
         // Producer: stage i's copies, once slot i % NS is free. One lane
@@ -478,7 +552,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const int k = i / nch, c = i - k * nch;
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             const u32 full = full_p + 8 * s;
-            if (i >= NS) kc_bar_wait(empty_p + 8 * s, ((i / NS) + 1) & 1);
+            if (i >= NS) KC_TL_WAIT(empty_p + 8 * s, ((i / NS) + 1) & 1);
             const u32 dst = sbase + s * STAGE;
             kc_bar_expect(full, TR * SEG / PARTS + (part ? 0 : SBUF) + (FP16 ? 0 : ntok * XSEG / PARTS));
 #pragma unroll
@@ -500,6 +574,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 kc_bulk(dst + XOFF + t * XSTRIDE + part * (XSEG / PARTS),
                         x + (long long)t * in + (long long)c * U * GROUP + part * (U / PARTS) * GROUP, XSEG / PARTS, full);
         }
+        tl.finish(lane);
         return;
     }
 
@@ -595,7 +670,27 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-    int held = 0;
+#if FASTADDR
+    // Where this lane's bytes of a group sit in a swizzled line: the
+    // group's 16-byte chunk k (k = (offset in the line) / 16, a constant
+    // below) lands at chunk k ^ g, at the lane's offset in it, in row g.
+    // The lane's part of the offset (tig * 4 * WPT) and the group's never
+    // share a bit, so the XOR splits into a constant and this table.
+    int xb[8];
+    {
+        const int lt = (((tig * 4 * WPT) >> 4) ^ g) & 7;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) xb[k] = g * 128 + (((k ^ lt) & 7) << 4) + ((tig * 4 * WPT) & 15);
+    }
+#endif
+    int held = 0;                                        // chunks whose sums acc holds
+    // The end path (ENDR, below) where the block's last SG stages are all
+    // of its last tile: there every warp ends in that tile. Where they are
+    // not (tiles of fewer chunks than stage groups), the warps that end in
+    // an earlier tile add their shares while the last one is computed, and
+    // waiting for them at the end was slower (4096->14336: 12.6 against
+    // 12.4 us).
+    const bool endr = ENDR && nstages >= SG && (nstages - SG) / nch == my_tiles - 1;
     const int sgi = warp / WK, sub = warp % WK;
     for (int i = sgi; i < nstages; i += SG) {
         const int s = i % NS;
@@ -610,9 +705,25 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 __syncwarp();
                 if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (part - 1) + 8 * s);
             }
-            kc_bar_wait(full0 + 16 * NS * part + 8 * s, (i / NS) & 1);
+            KC_TL_WAIT(full0 + 16 * NS * part + 8 * s, (i / NS) & 1);
+#if FASTADDR
+            // This warp's UW consecutive groups of the part, UG at a time:
+            // they start on a whole 128-byte line, so every offset below
+            // but the line's is a constant.
+            const int u0 = part * (U / PARTS) + sub * UW;
+#pragma unroll 1
+            for (int jb = 0; jb < UW; jb += UG) {
+            const unsigned char* line = slot + ((u0 + jb) * GBYTES / 128) * (TR * 128);
+            const int ub2 = (u0 + jb) >> 1;                      // u0 + jb is even (UG is)
+#pragma unroll
+            for (int jj = 0; jj < UG; ++jj) {
+                const int u = u0 + jb + jj;
+                const int uh = ub2 + (jj >> 1), uo = jj & 1;     // the word of group u's scale, and its half
+#else
 #pragma unroll kUnroll
             for (int u = part * (U / PARTS) + sub; u < (part + 1) * (U / PARTS); u += WK) {
+                const int uh = u >> 1, uo = u & 1;
+#endif
                 // x of group u for this lane's tokens, then the weights.
                 u32 xw[NT][4 * XLD];
 #pragma unroll
@@ -634,10 +745,18 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                         // This lane's run of row `row` at byte `off` of the stage's row piece;
                         // each 16-byte chunk sits where the swizzle put it.
                         const int row = 16 * m + 8 * h + g, off = u * GBYTES + tig * (4 * WPT);
+#if FASTADDR
+                        auto at = [&](int o) {   // o - off: a constant; xb holds the lane's part
+                            const int oc = jj * GBYTES + (o - off);
+                            return reinterpret_cast<const u32*>(line + (oc >> 7) * (TR * 128) + (16 * m + 8 * h) * 128 +
+                                                                xb[(oc >> 4) & 7]);
+                        };
+#else
                         auto at = [&](int o) {
                             return reinterpret_cast<const u32*>(slot + (o >> 7) * (TR * 128) + row * 128 +
                                                                 (((o >> 4) & 7) ^ (row & 7)) * 16 + (o & 15));
                         };
+#endif
                         const u32* p = at(off);
 #if WPT >= 4
 #pragma unroll
@@ -715,9 +834,9 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
                         const int r0 = 16 * m + g, r1 = r0 + 8;
-                        const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
-                        const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
-                        const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1);
+                        const u32* sw = reinterpret_cast<const u32*>(sc) + uh;
+                        const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], uo), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], uo);
+                        const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], uo), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], uo);
                         acc[m][n][0] = fmaf(s0 * xc0.x, t[m][n][0], fmaf(b0, xc0.z, fmaf(-s0, xc0.y, acc[m][n][0])));
                         acc[m][n][2] = fmaf(s1 * xc0.x, t[m][n][2], fmaf(b1, xc0.z, fmaf(-s1, xc0.y, acc[m][n][2])));
                         if (XT > 8 * n + 1) {   // odd token columns: none at one token
@@ -733,10 +852,10 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 for (int m = 0; m < MT; ++m) {
                     const int r0 = 16 * m + g, r1 = r0 + 8;
                     // Scales and biases of groups u and u^1 share a word.
-                    const u32* sw = reinterpret_cast<const u32*>(sc) + (u >> 1);
-                    const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], u & 1), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], u & 1);
-                    const float b0 = fmaf(-OFFSET, s0, kc_half(sw[(TR + r0) * (SSTRIDE / 4)], u & 1));
-                    const float b1 = fmaf(-OFFSET, s1, kc_half(sw[(TR + r1) * (SSTRIDE / 4)], u & 1));
+                    const u32* sw = reinterpret_cast<const u32*>(sc) + uh;
+                    const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], uo), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], uo);
+                    const float b0 = fmaf(-OFFSET, s0, kc_half(sw[(TR + r0) * (SSTRIDE / 4)], uo));
+                    const float b1 = fmaf(-OFFSET, s1, kc_half(sw[(TR + r1) * (SSTRIDE / 4)], uo));
 #pragma unroll
                     for (int n = 0; n < NT; ++n) {
                         acc[m][n][0] = fmaf(s0, t[m][n][0], fmaf(b0, xs[n][0], acc[m][n][0]));
@@ -748,6 +867,9 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                     }
                 }
             }
+#if FASTADDR
+            }
+#endif
         }
         // The warp's share of the tile, added in once its next chunk is of
         // another tile (or none): acc[m][n][e] is row 16m+g+8(e>>1), token
@@ -758,7 +880,15 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
             continue;
         }
+#if ENDR
+        if (endr && i + SG >= nstages) {   // the warp's last chunk: its sums are added in at the end (below)
+            __syncwarp();
+            if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
+            break;
+        }
+#endif
         const int b = k % NS;
+        tl.flushing();
         float* tred = red + b * RED_FLOATS;
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -797,4 +927,48 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         }
         if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
     }
+#if ENDR
+    // The block's end (where its last SG stages are all of its last tile).
+    // Every consumer warp still holds the sums of its last chunks, all of
+    // the last tile, which is not complete: a held share is not counted.
+    // Once every consumer warp is here, all other shares of the tile are in
+    // its accumulator and every stage has been consumed, so the ring is
+    // free: each warp stores its sums there, and all consumer threads add
+    // them, in warp order, to the accumulator and store y. This replaced
+    // the shared-memory float atomics (a compare-and-swap loop on sm_90) of
+    // all the warps at once: 28672->8192 34.1 against 34.5 us, 4096^2 4.8
+    // against 5.1 (bench/NOTES.md, eleventh session).
+    if (!endr) {
+        tl.finish(lane);
+        return;
+    }
+    tl.flushing();
+    asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");
+    float* fin = reinterpret_cast<float*>(smem);                 // [CW][XT][TR]
+    const int ntok = min(tokens, XT);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int tok = 8 * n + 2 * tig + (e & 1);
+                if (tok < ntok) fin[(warp * XT + tok) * TR + 16 * m + g + 8 * (e >> 1)] = acc[m][n][e];
+            }
+    asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");
+    const int k = my_tiles - 1;
+    const float* tred = red + (k % NS) * RED_FLOATS;
+    const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
+    for (int j = threadIdx.x; j < ntok * TR; j += 32 * CW) {
+        const int tok = j / TR, r = j - tok * TR, row = row0 + r;
+        float v = tred[j];
+#pragma unroll
+        for (int w = 0; w < CW; ++w) v += fin[(w * XT + tok) * TR + r];
+        if (row < out) {
+            if (bias != nullptr) v += kc_bf16(kc_ldh(bias + row));
+            y[(long long)tok * out + row] = kc_to_bf16(v);
+        }
+    }
+#endif
+    tl.finish(lane);
 }
