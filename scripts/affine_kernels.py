@@ -213,12 +213,14 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
                 mt: int | None = None, cw: int = 8, seg: int | None = None, ns: int | None = None, bps: int = 1,
                 fp16: int | None = None, parts: int | None = None, wk: int | None = None) -> dict | None:
     """Macros for affine_bulk (tokens 1..16, 4 or 8 bits), or None when it does not apply.
-    By default its fastest variant on the H200 at one token (bench/NOTES.md, seventh to tenth
-    sessions): 64-row tiles when 16-row ones would leave no shorter last wave (4 bits, groups
-    <= 64, and only where eight warps' stages fit), else 32-row unless 16 leave a shorter
-    last wave; 8 consumer warps; 512-byte row pieces (256 with
+    By default its fastest variant on the H200 at one token (bench/NOTES.md, seventh to
+    eleventh sessions): 64-row tiles when 16-row ones would leave no shorter last wave (4 bits,
+    groups <= 64, and only where eight warps' stages fit), else 32-row unless 16 leave a
+    shorter last wave (with fp16 operands: unless 32-row tiles give the busiest block more
+    than a third more m-tiles); 8 consumer warps; 512-byte row pieces (256 with
     64-row tiles, or above 8 tokens); as many stages as fit; stages in two parts where blocks
-    take several tiles or tiles have 64 rows; and fp16 operands with x resident at 4 bits
+    take several tiles or tiles have 64 rows, but not in 16- and 32-row tiles with fp16
+    operands; and fp16 operands with x resident at 4 bits
     when in_features <= 8192 and tokens <= 8 (beyond, converting x up front costs more than
     it saves, or x does not fit). Above one token the kernel is correct but slower than the
     stream kernel (ninth session: 16 tokens 95-150 us at the 132 MB shapes against 70).
@@ -235,10 +237,14 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     fp16: fp16 operands, x converted once per block by the consumer warps and kept resident
     (4 bits only). parts: copies per stage, each released once used (PARTS); by default 2
     when blocks take several tiles or tiles have 64 rows, and a stage halves into whole
-    swizzled lines, else 1 (eighth session: 2 shortens 8192->28672 from 37.4 to 35.3 us and
+    swizzled lines, except in 16- and 32-row tiles with fp16 operands, else 1 (eleventh
+    session, with constant offsets in the consumer loop, fp16: one part with two warps per
+    stage 8192->28672 33.0 us against two parts' 34.0, 4096->28672 18.6 against 19.5; bf16:
+    two parts stay faster, 13824->5120 17.5 against 19.1; eighth session: 2 shortens 8192->28672 from 37.4 to 35.3 us and
     4096->14336 from 16.2 to 14.3, but lengthens 32-row one-tile-per-block shapes by 0.2-1
     us; ninth: 28672->8192 in 64-row tiles 37.1 -> 35.1; 4 is slower than 2).
-    wk: consumer warps sharing each stage, each taking every wk-th group of it (WK); by
+    wk: consumer warps sharing each stage, each taking a run of U/PARTS/wk consecutive groups
+    of each part (every wk-th group where runs do not start on whole lines: FASTADDR); by
     default 2 where 16- or 32-row tiles' stages come in one part and the warps pair up,
     else 1.
     Contradictory settings (also through --bulk-over) give None."""
@@ -254,7 +260,11 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
             c = bulk_config(bits, group, tokens, in_f, out_f, sms, 4, cw, seg, ns, bps, fp16, parts, wk)
             if c is None or c["CW"] == cw:
                 return c
-        mt = 2 if -(-t2 // g) * 2 <= -(-t1 // g) else 1
+        # with fp16 operands 32-row tiles may take up to a third more m-tiles than 16-row ones
+        # (eleventh session: 4096->14336 11.6 us against 13.4; see bulkTileRows in Go)
+        use16 = fp16 if fp16 is not None else bits == 4 and in_f <= 8192 and tokens <= 8
+        w1, w2 = -(-t1 // g), -(-t2 // g) * 2
+        mt = 2 if w2 <= w1 or use16 and 3 * w2 <= 4 * w1 else 1
     if seg is None:   # 64-row tiles, or x outweighing the weights (above 8 tokens): half the row pieces
         seg = 256 if mt == 4 or tokens > 8 else 512
     groups = in_f // group
@@ -289,12 +299,16 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
     """bulk_config with the groups per stage (U) chosen."""
     gbytes = group * bits // 8
     cfg = dict(BITS=bits, GROUP=group, MT=mt, CW=cw, U=u, NS=cw, XT=tokens, _BPS=bps)
-    if parts is None:
-        parts = 2 if (-(-out_f // (16 * mt)) > sms * bps or mt == 4) and u * gbytes % 256 == 0 else 1
-    if parts > 1:
-        cfg["PARTS"] = parts
     if fp16 is None:
         fp16 = int(bits == 4 and in_f <= 8192 and tokens <= 8)
+    if parts is None:
+        # not with fp16 in 16- and 32-row tiles: one part, two warps per stage (eleventh session,
+        # 8192->28672 33.0 us against 34.0; without fp16 two parts stay faster, 13824->5120
+        # 17.5 against 19.1)
+        parts = 2 if ((-(-out_f // (16 * mt)) > sms * bps or mt == 4) and u * gbytes % 256 == 0
+                      and (not fp16 or mt == 4)) else 1
+    if parts > 1:
+        cfg["PARTS"] = parts
     if fp16:
         if bits != 4:
             return None

@@ -54,11 +54,12 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 	if req.Tokens < 1 || req.Tokens > 8 {
 		return bulkConfig{}, fmt.Sprintf("the bulk kernel serves 1 to 8 tokens, not %d", req.Tokens)
 	}
-	cfg, why := chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, max(sms, 1), true)/16)
+	fp16 := bulkFP16(req)
+	cfg, why := chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, max(sms, 1), true, fp16)/16)
 	if why == "" && cfg.MT == 4 && cfg.CW < bulkWarps {
 		// 64-row tiles only where eight warps' stages fit; else the
 		// narrower tiles' rule.
-		return chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, max(sms, 1), false)/16)
+		return chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, max(sms, 1), false, fp16)/16)
 	}
 	return cfg, why
 }
@@ -70,7 +71,7 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 // consumer warps and gives the busiest block bulkMinStagesAbove stages;
 // else half or a quarter of want. Tenth session, 1 token: 13824 inputs in
 // groups of 64 take stages of 24 groups, 19.4-19.6 us against 8 groups'
-// 31.1-31.2; 3584->18944 takes 56 (nine stages per block) with four
+// 31.1-31.2; 3584->18944 took 56 (nine stages per block) with four
 // warps, 17.3 against 8 with eight, 20.1; 2304->4240 at 8 bits in groups
 // of 32, 24 groups 8.5 against 8 groups' 11.3. But with two stages per
 // block 768->8192 at 8 bits took 7.0 against 5.5, and 1536->4240 at 4 bits
@@ -103,14 +104,27 @@ func chooseBulkTiles(req sdk.Request, sms, maxShared, mt int) (bulkConfig, strin
 	return bulkConfig{}, why
 }
 
+// bulkFP16 says whether the bulk kernel takes fp16 operands for req (x
+// converted once per block and kept resident): at 4 bits, up to
+// bulkMaxFP16In input features.
+func bulkFP16(req sdk.Request) bool {
+	return req.Weight.Bits == 4 && req.InFeatures <= bulkMaxFP16In
+}
+
 // chooseBulkStages is chooseBulkTiles with the groups per stage (u) given.
 func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u int) (bulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
-	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bits == 4 && req.InFeatures <= bulkMaxFP16In, Parts: 1, WK: 1}
+	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bulkFP16(req), Parts: 1, WK: 1}
 	// Stages in two parts when blocks take several tiles or tiles have 64
 	// rows (the refill of a stage's first half then overlaps the arithmetic
-	// of its second), and a stage halves into whole 128-byte lines.
-	if (ceilDiv(req.OutFeatures, 16*mt) > sms || mt == 4) && u*group*bits/8%256 == 0 {
+	// of its second), and a stage halves into whole 128-byte lines; but
+	// not in 16- and 32-row tiles with fp16 operands, where one part with
+	// two warps on each stage is faster since the offsets are constants
+	// (eleventh session, 1 token: 8192->28672 33.0-33.1 us against
+	// 34.0-34.1, 4096->28672 18.6-18.7 against 19.5-19.6, 3584->18944 14.9
+	// against 16.3). Without fp16 (x staged with each stage) two parts
+	// stay faster: 13824->5120 17.5 against 19.1-19.3.
+	if (ceilDiv(req.OutFeatures, 16*mt) > sms || mt == 4) && u*group*bits/8%256 == 0 && (!cfg.FP16 || mt == 4) {
 		cfg.Parts = 2
 	}
 	// The most stages that fit, a multiple of the consumer warps; fewer
@@ -148,13 +162,18 @@ func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u int) (bulkConfig, s
 // 256-byte row pieces can keep eight warps' stages in shared memory), else
 // 32-row tiles on the same test, else 16 (bench/NOTES.md, ninth session:
 // 28672->8192 35.1-37.8 us in 64-row tiles against 38.4-40.3 in 32-row
-// ones).
-func bulkTileRows(out, bits, group, g int, wide bool) int {
+// ones). With fp16 operands 32-row tiles may make it up to a third more:
+// two m-tiles share each x load and the constants of the fold, and the
+// kernel's consumer warps are what bound it (eleventh session, 1 token,
+// 32-row tiles in one part against 16-row ones: 4096->14336 11.6 us
+// against 13.4, 5120->13824 13.6 against 15.8, 8192->14336 19.7 against
+// 24.5; 4096->6144 and 4096->5120 within 0.1 us).
+func bulkTileRows(out, bits, group, g int, wide, fp16 bool) int {
 	waves := func(rows int) int { return ceilDiv(ceilDiv(out, rows), g) * rows / 16 }
 	switch {
 	case wide && bits == 4 && group <= 64 && waves(64) <= waves(16):
 		return 64
-	case waves(32) <= waves(16):
+	case waves(32) <= waves(16), fp16 && 3*waves(32) <= 4*waves(16):
 		return 32
 	}
 	return 16

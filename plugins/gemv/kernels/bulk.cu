@@ -18,7 +18,10 @@
 // g64): the copies alone move the weights at 4.14 TB/s. At 8192->28672 the
 // kernel takes 33.7-34.8 us with FP16, stages in two parts and early start
 // (3.8-3.9 TB/s), and 28672->8192 35.1-37.8 us in 64-row tiles; the stream
-// kernel takes 38-42 us at both. Tenth session: two warps on each stage
+// kernel takes 38-42 us at both. Eleventh session, with constant offsets
+// and the end path (FASTADDR, ENDR): 8192->28672 33.4 us (3.95 TB/s) and
+// 28672->8192 33.5 us (3.94 TB/s), 4096->14336 12.4, 14336->4096 11.0,
+// 4096^2 4.6. Tenth session: two warps on each stage
 // where stages come in one part (14336->4096 11.6-11.8 us against
 // 12.5-12.6), and stages of 24 to 56 groups where 16 do not divide a row
 // (13824->5120 19.4-19.6 against 31.1-31.2). With the copies alone (no
@@ -89,9 +92,10 @@
 //   MT     16-row m-tiles per tile (1, 2 or 4): a tile is TR = 16*MT rows
 //   CW     consumer warps per block (1..16), in CW/WK stage groups
 //   WK     consumer warps sharing each stage (default 1), a divisor of CW:
-//          warp w is warp w % WK of stage group w / WK and takes groups
-//          u = w % WK, u + WK, ... of each part of the group's stages, so
-//          a stage's latency is shared out without smaller stages
+//          warp w is warp j = w % WK of stage group w / WK and takes the
+//          j-th run of U/PARTS/WK consecutive groups of each part of the
+//          group's stages (with FASTADDR 0: groups j, j + WK, ...), so a
+//          stage's latency is shared out without smaller stages
 //   U      groups per stage, a multiple of 8 up to 64 (scales move in
 //          16-byte pieces): a stage holds SEG = U*GROUP*BITS/8 bytes of
 //          each of the tile's rows, whole 128-byte swizzled lines
@@ -114,7 +118,16 @@
 //          must split into whole 128-byte lines and U into whole groups,
 //          and each part's groups among the WK warps
 //   UNR    groups unrolled together in the consumer loop (default 4: 2 and
-//          16 were slower)
+//          16 were slower; eleventh session, 8 with FASTADDR: 4096->14336
+//          and 4096^2 0.1-0.2 us faster, 14336->4096 and 28672->8192 0.3
+//          and 0.6 slower); with FASTADDR, UG = max(UNR, groups per line)
+//   FASTADDR  1 (default where it applies: runs of U/PARTS/WK groups that
+//          are a multiple of UG) or 0: see "Offsets" in METHOD. Eleventh
+//          session, same call, us, with against without: 4096->14336 12.4
+//          against 12.8, 14336->4096 11.1 against 11.7, 28672->8192 33.5
+//          against 35.1 (with ENDR), 4096^2 4.7 against 5.2
+//   ENDR   1 (default) or 0: the block's last tile through the ring at its
+//          end (see METHOD), where its last SG stages are all of that tile
 //   KC_TIMELINE   (diagnostics, scripts/bulk_timeline.py) lane 0 of every
 //          warp records, in the __device__ array kc_tl, its start and end
 //          (%globaltimer and clock64), the cycles it spent in barrier
@@ -148,7 +161,9 @@
 //   16-row m-tiles the busiest block takes in r-row tiles (all its waves):
 //   MT = 4 if BITS == 4, GROUP <= 64
 //   and W(64) <= W(16), and eight consumer warps' stages fit (below); else
-//   2 if W(32) <= W(16); else 1. U: with
+//   2 if W(32) <= W(16), or with FP16 if 3*W(32) <= 4*W(16) (eleventh
+//   session: 4096->14336 11.6 us in 32-row tiles against 13.4 in 16-row
+//   ones); else 1. U: with
 //   want = max(8, floor(P/(GROUP*BITS/8)/8)*8) for row pieces of P = 256
 //   bytes (MT = 4 or tokens > 8) or 512: want where it divides in/GROUP
 //   (and a ring fits). Else, where MT < 4 and blocks take several tiles
@@ -163,9 +178,12 @@
 //   groups and four warps, 8.2 against 16 and eight, 6.4.
 //   CW = 8; XT = tokens; FP16 = 1 when
 //   BITS == 4, in <= 8192 and tokens <= 8. PARTS = 2 when ceil(out/TR) > G
-//   (blocks take several tiles) or MT = 4, and SEG % 256 == 0, else 1
-//   (32-row tiles one per block: 2 was 0.2-1 us slower; 4 is slower than
-//   2). NS: the largest multiple of CW from 2 to 16 whose shared
+//   (blocks take several tiles) or MT = 4, and SEG % 256 == 0, but not
+//   with FP16 in 16- and 32-row tiles; else 1 (32-row tiles one per
+//   block: 2 was 0.2-1 us slower; 4 is slower than 2; eleventh session,
+//   FP16 with constant offsets: 8192->28672 33.0 us in one part with two
+//   warps per stage against 34.0 in two; without FP16 two parts stay
+//   faster, 13824->5120 17.5 against 19.1). NS: the largest multiple of CW from 2 to 16 whose shared
 //   memory is at most 227 KiB (with BPS > 1 also (bytes+1024)*BPS <=
 //   228 KiB); when none fits, CW halves and the search repeats (none at
 //   CW = 1: not served). WK = 2 when PARTS = 1 (blocks that take one tile
@@ -205,6 +223,23 @@
 //   The first part's scale buffer alternates by round of the ring: a
 //   refill of the first part writes the buffer the stage NS earlier did
 //   not use, while that stage may still read its own.
+//   The block's end (ENDR, where its last SG stages are all of its last
+//   tile): a warp does not add the sums of its last chunks; once every
+//   consumer warp has done all its stages (a named barrier), every other
+//   share of that tile is in its accumulator, and the ring is no longer
+//   written, so each warp stores its sums into the ring, and after a
+//   second barrier the consumer threads add them in warp order to the
+//   accumulator and store y. Shared float atomics are a compare-and-swap
+//   loop on sm_90, and all CW warps used to add at the same moment there.
+//   Offsets (FASTADDR): a warp's run of groups starts on a whole 128-byte
+//   line, so within a run of UG groups (UG a multiple of the groups per
+//   line) the byte offset of each group, and its 16-byte chunk in the
+//   line, are constants. The lane's own offset within a group (tig*4*WPT)
+//   shares no bit with them, so the swizzle (chunk ^ row % 8, row % 8 = g)
+//   splits into a constant and a per-lane table of the 8 chunk positions:
+//   every weight, x and scale load is a base plus an immediate. ncu at
+//   4096->14336 counted 5.3 M warp instructions before, a quarter of them
+//   offset arithmetic.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
