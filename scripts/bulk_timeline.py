@@ -130,7 +130,7 @@ def main():
         torch.cuda.empty_cache()
     print("columns: us plain and with the timeline; span: first start to last end (us); start: the latest "
           "block start; first/last: when a block's consumers' first/last wait ended (median over blocks, us from "
-          "the block's start); tail: block end after its last stage came (median, max); calc: of that, until the last flush began; stage: a consumer warp's busy time per wait; ready: share of consumer waits whose data was there at the first poll; pend: producer's last "
+          "the block's start); tail: block end after its last stage came (median, max); calc: of that, until the last flush began (rough: the compiler may move the clock read across the arithmetic); stage: a consumer warp's busy time per wait; ready: share of consumer waits whose data was there at the first poll; pend: producer's last "
           "copy issued; cwait/pwait: share of consumer/producer time spent waiting; end: block end (median, min)")
 
 
