@@ -244,7 +244,8 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     4096->14336 from 16.2 to 14.3, but lengthens 32-row one-tile-per-block shapes by 0.2-1
     us; ninth: 28672->8192 in 64-row tiles 37.1 -> 35.1; 4 is slower than 2).
     wk: consumer warps sharing each stage, each taking a run of U/PARTS/wk consecutive groups
-    of each part (every wk-th group where runs do not start on whole lines: FASTADDR); by
+    of each part (every wk-th group where the runs are not whole steps of UG groups: FASTADDR
+    in bulk.cu); by
     default 2 where 16- or 32-row tiles' stages come in one part and the warps pair up,
     else 1.
     Contradictory settings (also through --bulk-over) give None."""
@@ -263,6 +264,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         # with fp16 operands 32-row tiles may take up to a third more m-tiles than 16-row ones
         # (eleventh session: 4096->14336 11.6 us against 13.4; see bulkTileRows in Go)
         use16 = fp16 if fp16 is not None else bits == 4 and in_f <= 8192 and tokens <= 8
+        use16 = BULK_OVER.get("FP16", use16)   # as the variant will be built
         w1, w2 = -(-t1 // g), -(-t2 // g) * 2
         mt = 2 if w2 <= w1 or use16 and 3 * w2 <= 4 * w1 else 1
     if seg is None:   # 64-row tiles, or x outweighing the weights (above 8 tokens): half the row pieces
@@ -301,6 +303,7 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
     cfg = dict(BITS=bits, GROUP=group, MT=mt, CW=cw, U=u, NS=cw, XT=tokens, _BPS=bps)
     if fp16 is None:
         fp16 = int(bits == 4 and in_f <= 8192 and tokens <= 8)
+    fp16 = BULK_OVER.get("FP16", fp16)   # as the variant will be built (cfg.update below)
     if parts is None:
         # not with fp16 in 16- and 32-row tiles: one part, two warps per stage (eleventh session,
         # 8192->28672 33.0 us against 34.0; without fp16 two parts stay faster, 13824->5120
@@ -337,8 +340,9 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
         if not ns:
             return None
     cfg["NS"] = ns
-    # Stages in one part (blocks that take one tile each, or stages that do not halve into
-    # 256-byte lines) of 16- and 32-row tiles: two warps share each, every other group. Tenth
+    # Stages in one part (blocks that take one tile each, stages that do not halve into
+    # 256-byte lines, or fp16 operands) of 16- and 32-row tiles: two warps share each, each
+    # with half its groups. Tenth
     # session: 14336->4096 11.6-11.8 us against 12.5-12.6, 4096^2 5.2 against 5.5,
     # 3584->18944 g32 15.5 against 17.1; 18944->3584 19.5 against 19.3; with two parts it is
     # slower; 64-row tiles were not measured
@@ -943,7 +947,7 @@ def bulk_correctness_cases():
         (10240, 8192, 4, 32, False, 1, dict(_GRID=40)),
         (4096, 4104, 4, 64, True, 16, dict(mt=4, _GRID=7)),
         (2048, 8192, 4, 64, False, 5, dict(fp16=1, mt=4, _GRID=9)),
-        # two warps per stage, each with every other group (WK), 16 consumer warps
+        # two or more warps per stage, each with a run of its groups (WK), 16 consumer warps
         (4096, 14336, 4, 64, True, 1, dict(fp16=1, cw=16, wk=2)),
         (8192, 28672, 4, 64, False, 1, dict(fp16=1, cw=16, wk=2, ns=8)),
         (28672, 8192, 4, 64, True, 1, dict(cw=16, wk=2, ns=8)),
@@ -957,14 +961,17 @@ def bulk_correctness_cases():
         (13824, 5120, 4, 64, False, 1, {}),
         (3584, 18944, 4, 64, True, 1, dict(fp16=None)),
         (2304, 4240, 8, 32, True, 1, dict(_GRID=9)),
-        # offsets computed per group (FASTADDR 0: the rule's runs of 20 groups, or forced), the
-        # last tile's shares through atomics (ENDR 0), and the end path with many tiles per block
+        # offsets computed per group (FASTADDR 0: runs of 20 groups of 32 at 4 bits, or forced),
+        # the last tile's shares through atomics (ENDR 0), the end path with many tiles per
+        # block, and 8 bits in groups of 128 (one group per line; with UNR 2 two per step)
         (1280, 4104, 4, 32, True, 1, dict(seg=640, parts=1, wk=2)),
         (4096, 14336, 4, 64, True, 1, dict(FASTADDR=0)),
         (14336, 4096, 4, 64, False, 3, dict(FASTADDR=0, _GRID=9)),
         (3072, 1032, 8, 32, False, 2, dict(cw=12, wk=3, seg=768, parts=1, _GRID=5, FASTADDR=0)),
         (28672, 8192, 4, 64, True, 1, dict(ENDR=0)),
         (8192, 4104, 4, 64, False, 8, dict(mt=2, _GRID=19)),
+        (4096, 4096, 8, 128, True, 1, {}),
+        (2048, 1032, 8, 128, False, 3, dict(UNR=2)),
     ]
     return cases
 

@@ -62,17 +62,20 @@ def summarise(tl, cw: int, parts: int):
         end = (int(g1[b].max()) - t0) / 1e3
         cdur = (c1[b, cons] - c0[b, cons]).astype(float)
         cwait = wait[b, cons].astype(float)
-        first_data = us(float((first[b, cons] - c0[b, cons]).min()))
-        last_data = us(float((last[b, cons] - c0[b, cons]).max()))
+        has = n[b, cons] > 0                     # warps without stages record no waits
+        if not has.any():
+            has = n[b, cons] >= 0
+        first_data = us(float((first[b, cons] - c0[b, cons])[has].min()))
+        last_data = us(float((last[b, cons] - c0[b, cons])[has].max()))
         tail = us(float((c1[b, cons] - c0[b, cons]).max())) - last_data
         # the last stage's arithmetic: from the last wait to the latest flush
-        lastcalc = us(float((flush[b, cons] - c0[b, cons]).max())) - last_data
+        lastcalc = us(float((flush[b, cons] - c0[b, cons])[has].max())) - last_data
         pdur = (c1[b, prod] - c0[b, prod]).astype(float)
         pwait = wait[b, prod].astype(float)
         rows.append(dict(start=start, end=end, first=first_data, last=last_data, tail=tail,
                          cwait=float(cwait.sum() / max(cdur.sum(), 1)),
                          pwait=float(pwait.sum() / max(pdur.sum(), 1)),
-                         pend=us(float(pdur.max())), stages=int(n[b, cons].sum()),
+                         pend=us(float(pdur.max())), waits=int(n[b, cons].sum()),
                          ready=float(ready[b, cons].sum() / max(n[b, cons].sum(), 1)), calc=lastcalc,
                          stage=us(float(statistics.median(((cdur - cwait) / n[b, cons].clip(1)).tolist())))))
     return ghz, rows
@@ -91,7 +94,8 @@ def main():
     bits, group = (int(v) for v in args.quant.split(":"))
     t = args.tokens
     print(f"{'shape':>12s} {'variant':24s} {'us':>6s} {'us tl':>6s} {'GHz':>5s} | {'span':>5s} {'start':>5s} "
-          f"{'first':>5s} {'last':>5s} {'tail':>5s} {'tailmx':>6s} {'pend':>5s} {'cwait':>5s} {'pwait':>5s} {'end':>5s} {'endmn':>5s}")
+          f"{'first':>5s} {'last':>5s} {'tail':>5s} {'tailmx':>6s} {'calc':>5s} {'stage':>5s} {'ready':>5s} {'pend':>5s} "
+          f"{'cwait':>5s} {'pwait':>5s} {'end':>5s} {'endmn':>5s}")
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))
         wt = ak.Weights(bits, group, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
@@ -130,7 +134,7 @@ def main():
         torch.cuda.empty_cache()
     print("columns: us plain and with the timeline; span: first start to last end (us); start: the latest "
           "block start; first/last: when a block's consumers' first/last wait ended (median over blocks, us from "
-          "the block's start); tail: block end after its last stage came (median, max); calc: of that, until the last flush began (rough: the compiler may move the clock read across the arithmetic); stage: a consumer warp's busy time per wait; ready: share of consumer waits whose data was there at the first poll; pend: producer's last "
+          "each warp's start; warps without stages left out); tail: block end after its last stage came (median, max); calc: of that, until the last flush began (rough: the compiler may move the clock read across the arithmetic); stage: a consumer warp's busy time per wait; ready: share of consumer waits whose data was there at the first poll; pend: producer's last "
           "copy issued; cwait/pwait: share of consumer/producer time spent waiting; end: block end (median, min)")
 
 

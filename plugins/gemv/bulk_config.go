@@ -16,7 +16,7 @@ type bulkConfig struct {
 	Bits, Group int
 	MT          int  // 16-row m-tiles per tile
 	CW          int  // consumer warps (and one producer warp per part)
-	WK          int  // consumer warps sharing each stage, each with every WK-th group of it
+	WK          int  // consumer warps sharing each stage, each with a run of its groups
 	U           int  // groups per ring stage
 	NS          int  // ring stages, a multiple of CW
 	XT          int  // token rows of x (the token count)
@@ -139,9 +139,10 @@ func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u int) (bulkConfig, s
 			}
 		}
 		if cfg.NS > 0 {
-			// Stages in one part (blocks that take one tile each, or
-			// stages that do not halve into 256-byte lines) of 16- and
-			// 32-row tiles: two warps share each, every other group.
+			// Stages in one part (blocks that take one tile each,
+			// stages that do not halve into 256-byte lines, or fp16
+			// operands) of 16- and 32-row tiles: two warps share each,
+			// each with half its groups.
 			// Tenth session: 14336->4096 11.6-11.8 us against
 			// 12.5-12.6, 4096x4096 5.2 against 5.5, 3584->18944 in
 			// groups of 32 15.5 against 17.1; 18944->3584 19.5 against

@@ -127,7 +127,8 @@
 //          against 12.8, 14336->4096 11.1 against 11.7, 28672->8192 33.5
 //          against 35.1 (with ENDR), 4096^2 4.7 against 5.2
 //   ENDR   1 (default) or 0: the block's last tile through the ring at its
-//          end (see METHOD), where its last SG stages are all of that tile
+//          end (see METHOD), where its last SG stages are all of that tile;
+//          0 where the warps' sums do not fit the ring
 //   KC_TIMELINE   (diagnostics, scripts/bulk_timeline.py) lane 0 of every
 //          warp records, in the __device__ array kc_tl, its start and end
 //          (%globaltimer and clock64), the cycles it spent in barrier
@@ -187,8 +188,8 @@
 //   memory is at most 227 KiB (with BPS > 1 also (bytes+1024)*BPS <=
 //   228 KiB); when none fits, CW halves and the search repeats (none at
 //   CW = 1: not served). WK = 2 when PARTS = 1 (blocks that take one tile
-//   each, or stages that do not halve into 256-byte lines), MT < 4 and
-//   CW is even, else 1. Tenth session: 14336->4096 11.6-11.8 us against
+//   each, stages that do not halve into 256-byte lines, or FP16 in 16- and
+//   32-row tiles), MT < 4 and CW is even, else 1. Tenth session: 14336->4096 11.6-11.8 us against
 //   12.5-12.6, 4096^2 5.2 against 5.5, 3584->18944 g32 15.5 against 17.1;
 //   but 18944->3584 19.5 against 19.3; with stages in two parts, sharing
 //   them was slower; 64-row tiles were not measured with it.
@@ -224,13 +225,15 @@
 //   refill of the first part writes the buffer the stage NS earlier did
 //   not use, while that stage may still read its own.
 //   The block's end (ENDR, where its last SG stages are all of its last
-//   tile): a warp does not add the sums of its last chunks; once every
-//   consumer warp has done all its stages (a named barrier), every other
-//   share of that tile is in its accumulator, and the ring is no longer
-//   written, so each warp stores its sums into the ring, and after a
-//   second barrier the consumer threads add them in warp order to the
-//   accumulator and store y. Shared float atomics are a compare-and-swap
-//   loop on sm_90, and all CW warps used to add at the same moment there.
+//   tile): a warp's chunks of that tile are the last of its sequence, so
+//   it holds the sums of all of them and never adds them to the tile's
+//   accumulator. Once every consumer warp has done all its stages (a named
+//   barrier), the ring is no longer written, so each warp stores its sums
+//   into it, and after a second barrier the consumer threads add them in
+//   warp order and store y (a result that does not depend on timing).
+//   Shared float atomics are a compare-and-swap loop on sm_90, and all CW
+//   warps used to add at the same moment there. Where the sums do not fit
+//   the ring (CW*XT*TR floats above NS*STAGE bytes) ENDR is 0.
 //   Offsets (FASTADDR): a warp's run of groups starts on a whole 128-byte
 //   line, so within a run of UG groups (UG a multiple of the groups per
 //   line) the byte offset of each group, and its 16-byte chunk in the
@@ -257,7 +260,7 @@ typedef unsigned short u16;
 #error "need MT in {1,2,4} and 1 <= CW <= 16"
 #endif
 #ifndef WK
-#define WK 1      // consumer warps sharing each stage, each with every WK-th group of it
+#define WK 1      // consumer warps sharing each stage, each with a run of its groups (see WK above)
 #endif
 #if WK < 1 || CW % WK != 0
 #error "WK must divide CW"
@@ -287,7 +290,6 @@ typedef unsigned short u16;
 #if U % (WK * PARTS) != 0
 #error "WK must divide each part's groups"
 #endif
-constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, not a macro
 #if XT < 1 || XT > 16
 #error "XT must be 1..16"
 #endif
@@ -312,15 +314,24 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #error "PARTS must split a stage into whole swizzled lines and whole groups"
 #endif
 // FASTADDR: a warp takes UW consecutive groups of each part of a stage
-// (sub-warp w of a stage the w-th run), UG unrolled at a time, each run
+// (sub-warp w of a stage the w-th run), UG unrolled at a time, each step
 // starting on a whole 128-byte line, so that the swizzled offsets are
-// constants; else (runs that do not start on a line) every WK-th group,
-// with offsets computed per group.
+// constants; else (FASTADDR_OK false, e.g. runs of 20 groups of 32 at 4
+// bits) every WK-th group, with offsets computed per group.
 #define GPL (GBYTES >= 128 ? 1 : 128 / GBYTES)    // groups per 128-byte line
 #define UW (U / PARTS / WK)                          // groups per warp and part
 #define UG (GPL > UNR ? GPL : UNR)                   // groups unrolled together
+// Runs take whole UG-group steps; a step covers whole lines and an even
+// number of groups (scales of groups 2k and 2k+1 share a word).
+#define FASTADDR_OK (UW % UG == 0 && UG % GPL == 0 && UG % 2 == 0)
 #ifndef FASTADDR
-#define FASTADDR (UW % UG == 0)
+#define FASTADDR FASTADDR_OK
+#endif
+#if FASTADDR && !(FASTADDR_OK)
+#error "FASTADDR needs U/PARTS/WK to be a multiple of UG = max(UNR, groups per line), and UG even and a multiple of the groups per line"
+#endif
+#if !FASTADDR
+constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, not a macro
 #endif
 #define SSTRIDE (2 * U)                      // scale bytes per row and stage
 #define XSEG (U * GROUP * 2)                 // x bytes per token and stage
@@ -470,6 +481,23 @@ KC_DEV const u16* kc_grid_wait_for(const u16* p) {
     return p;
 }
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// f(j, sum) for each of a consumer warp's sums of a real token (ntok of
+// them), j its place in a tile's [tokens][TR] sums: acc[m][n][e] is row
+// 16m+g+8(e>>1), token 8n+2tig+(e&1). (A template, not a generic lambda:
+// NVRTC does not take those in device code.)
+template <class F>
+KC_DEV void kc_each_sum(const float (&acc)[MT][NT][4], int g, int tig, int ntok, F f) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int tok = 8 * n + 2 * tig + (e & 1);
+                if (tok < ntok) f(tok * TR + 16 * m + g + 8 * (e >> 1), acc[m][n][e]);
+            }
+}
 
 #ifdef KC_TIMELINE
 // kc_tl[block][warp]: start and end %globaltimer (ns), start and end clock64,
@@ -779,7 +807,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                     for (int h = 0; h < 2; ++h) {
                         // This lane's run of row `row` at byte `off` of the stage's row piece;
                         // each 16-byte chunk sits where the swizzle put it.
-                        const int row = 16 * m + 8 * h + g, off = u * GBYTES + tig * (4 * WPT);
+                        const int off = u * GBYTES + tig * (4 * WPT);
 #if FASTADDR
                         auto at = [&](int o) {   // o - off: a constant; xb holds the lane's part
                             const int oc = jj * GBYTES + (o - off);
@@ -787,6 +815,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                                                                 xb[(oc >> 4) & 7]);
                         };
 #else
+                        const int row = 16 * m + 8 * h + g;
                         auto at = [&](int o) {
                             return reinterpret_cast<const u32*>(slot + (o >> 7) * (TR * 128) + row * 128 +
                                                                 (((o >> 4) & 7) ^ (row & 7)) * 16 + (o & 15));
@@ -925,16 +954,13 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         const int b = k % NS;
         tl.flushing();
         float* tred = red + b * RED_FLOATS;
+        kc_each_sum(acc, g, tig, min(tokens, XT), [&](int j, float v) { atomicAdd(&tred[j], v); });
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
             for (int n = 0; n < NT; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int tok = 8 * n + 2 * tig + (e & 1);
-                    if (tok < min(tokens, XT)) atomicAdd(&tred[tok * TR + 16 * m + g + 8 * (e >> 1)], acc[m][n][e]);
-                    acc[m][n][e] = 0.f;
-                }
+                for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
         __syncwarp();
         int done = 0;
         if (lane == 0) {
@@ -964,12 +990,11 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     }
 #if ENDR
     // The block's end (where its last SG stages are all of its last tile).
-    // Every consumer warp still holds the sums of its last chunks, all of
-    // the last tile, which is not complete: a held share is not counted.
-    // Once every consumer warp is here, all other shares of the tile are in
-    // its accumulator and every stage has been consumed, so the ring is
-    // free: each warp stores its sums there, and all consumer threads add
-    // them, in warp order, to the accumulator and store y. This replaced
+    // A warp's chunks of that tile are the last of its sequence, so it
+    // holds the sums of all of them, and the tile's accumulator was never
+    // used. Once every consumer warp is here, every stage has been
+    // consumed, so the ring is free: each warp stores its sums there, and
+    // all consumer threads add them in warp order and store y. This replaced
     // the shared-memory float atomics (a compare-and-swap loop on sm_90) of
     // all the warps at once: 28672->8192 34.1 against 34.5 us, 4096^2 4.8
     // against 5.1 (bench/NOTES.md, eleventh session).
@@ -979,26 +1004,17 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     }
     tl.flushing();
     asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");
-    float* fin = reinterpret_cast<float*>(smem);                 // [CW][XT][TR]
-    const int ntok = min(tokens, XT);
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int tok = 8 * n + 2 * tig + (e & 1);
-                if (tok < ntok) fin[(warp * XT + tok) * TR + 16 * m + g + 8 * (e >> 1)] = acc[m][n][e];
-            }
+    float* fin = reinterpret_cast<float*>(smem) + warp * (XT * TR);   // [CW][XT][TR]
+    kc_each_sum(acc, g, tig, min(tokens, XT), [&](int j, float v) { fin[j] = v; });
     asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");
-    const int k = my_tiles - 1;
-    const float* tred = red + (k % NS) * RED_FLOATS;
-    const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
+    const int row0 = ((int)blockIdx.x + (my_tiles - 1) * (int)gridDim.x) * TR;
+    const int ntok = min(tokens, XT);
+    const float* fins = reinterpret_cast<const float*>(smem);
     for (int j = threadIdx.x; j < ntok * TR; j += 32 * CW) {
         const int tok = j / TR, r = j - tok * TR, row = row0 + r;
-        float v = tred[j];
+        float v = 0.f;
 #pragma unroll
-        for (int w = 0; w < CW; ++w) v += fin[(w * XT + tok) * TR + r];
+        for (int w = 0; w < CW; ++w) v += fins[(w * XT + tok) * TR + r];
         if (row < out) {
             if (bias != nullptr) v += kc_bf16(kc_ldh(bias + row));
             y[(long long)tok * out + row] = kc_to_bf16(v);
