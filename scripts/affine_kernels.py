@@ -240,14 +240,14 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     swizzled lines, except in 16- and 32-row tiles with fp16 operands, else 1 (eleventh
     session, with constant offsets in the consumer loop, fp16: one part with two warps per
     stage 8192->28672 33.0 us against two parts' 34.0, 4096->28672 18.6 against 19.5; bf16:
-    two parts stay faster, 13824->5120 17.5 against 19.1; eighth session: 2 shortens 8192->28672 from 37.4 to 35.3 us and
-    4096->14336 from 16.2 to 14.3, but lengthens 32-row one-tile-per-block shapes by 0.2-1
-    us; ninth: 28672->8192 in 64-row tiles 37.1 -> 35.1; 4 is slower than 2).
+    two parts stay faster, 13824->5120 17.5 against 19.1; eighth session: 2 shortens
+    8192->28672 from 37.4 to 35.3 us and 4096->14336 from 16.2 to 14.3, but lengthens 32-row
+    one-tile-per-block shapes by 0.2-1 us; ninth: 28672->8192 in 64-row tiles 37.1 -> 35.1;
+    4 is slower than 2).
     wk: consumer warps sharing each stage, each taking a run of U/PARTS/wk consecutive groups
     of each part (every wk-th group where the runs are not whole steps of UG groups: FASTADDR
-    in bulk.cu); by
-    default 2 where 16- or 32-row tiles' stages come in one part and the warps pair up,
-    else 1.
+    in bulk.cu); by default 2 where 16- or 32-row tiles' stages come in one part and the
+    warps pair up, else 1.
     Contradictory settings (also through --bulk-over) give None."""
     if bits not in (4, 8) or not 1 <= tokens <= 16 or in_f % group or out_f % 8:
         return None

@@ -18,10 +18,11 @@
 // g64): the copies alone move the weights at 4.14 TB/s. At 8192->28672 the
 // kernel takes 33.7-34.8 us with FP16, stages in two parts and early start
 // (3.8-3.9 TB/s), and 28672->8192 35.1-37.8 us in 64-row tiles; the stream
-// kernel takes 38-42 us at both. Eleventh session, with constant offsets
-// and the end path (FASTADDR, ENDR): 8192->28672 33.4 us (3.95 TB/s) and
-// 28672->8192 33.5 us (3.94 TB/s), 4096->14336 12.4, 14336->4096 11.0,
-// 4096^2 4.6. Tenth session: two warps on each stage
+// kernel takes 38-42 us at both. Eleventh session, with constant offsets,
+// the end path (FASTADDR, ENDR) and 32-row tiles in one part with FP16:
+// 8192->28672 33.4-33.5 us (3.94-3.96 TB/s), 28672->8192 33.7-35.2 (3.75-
+// 3.92 TB/s), 4096->14336 11.6-11.7, 14336->4096 11.1, 4096^2 4.6-4.9
+// (two full runs). Tenth session: two warps on each stage
 // where stages come in one part (14336->4096 11.6-11.8 us against
 // 12.5-12.6), and stages of 24 to 56 groups where 16 do not divide a row
 // (13824->5120 19.4-19.6 against 31.1-31.2). With the copies alone (no
@@ -184,12 +185,13 @@
 //   block: 2 was 0.2-1 us slower; 4 is slower than 2; eleventh session,
 //   FP16 with constant offsets: 8192->28672 33.0 us in one part with two
 //   warps per stage against 34.0 in two; without FP16 two parts stay
-//   faster, 13824->5120 17.5 against 19.1). NS: the largest multiple of CW from 2 to 16 whose shared
-//   memory is at most 227 KiB (with BPS > 1 also (bytes+1024)*BPS <=
-//   228 KiB); when none fits, CW halves and the search repeats (none at
-//   CW = 1: not served). WK = 2 when PARTS = 1 (blocks that take one tile
-//   each, stages that do not halve into 256-byte lines, or FP16 in 16- and
-//   32-row tiles), MT < 4 and CW is even, else 1. Tenth session: 14336->4096 11.6-11.8 us against
+//   faster, 13824->5120 17.5 against 19.1). NS: the largest multiple of
+//   CW from 2 to 16 whose shared memory is at most 227 KiB (with BPS > 1
+//   also (bytes+1024)*BPS <= 228 KiB); when none fits, CW halves and the
+//   search repeats (none at CW = 1: not served). WK = 2 when PARTS = 1
+//   (blocks that take one tile each, stages that do not halve into
+//   256-byte lines, or FP16 in 16- and 32-row tiles), MT < 4 and CW is
+//   even, else 1. Tenth session: 14336->4096 11.6-11.8 us against
 //   12.5-12.6, 4096^2 5.2 against 5.5, 3584->18944 g32 15.5 against 17.1;
 //   but 18944->3584 19.5 against 19.3; with stages in two parts, sharing
 //   them was slower; 64-row tiles were not measured with it.
@@ -241,8 +243,8 @@
 //   shares no bit with them, so the swizzle (chunk ^ row % 8, row % 8 = g)
 //   splits into a constant and a per-lane table of the 8 chunk positions:
 //   every weight, x and scale load is a base plus an immediate. ncu at
-//   4096->14336 counted 5.3 M warp instructions before, a quarter of them
-//   offset arithmetic.
+//   4096->14336 counted 5.3 M warp instructions before, 23 per mma; the
+//   loop spent about 8 of them on the swizzle of each weight load.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
