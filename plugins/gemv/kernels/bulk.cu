@@ -354,6 +354,9 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #define SMEM_BYTES (BAR_OFF + 16 * NS * PARTS)   // FP16: then the resident x (XT rows of 2*in+16 bytes)
                                                    // and its per-group constants (16 bytes per group and token)
 #define FIN_BYTES (CW * XT * TR * 4)          // the warps' last sums, in the ring once it is free
+#ifndef ROWPERM
+#define ROWPERM 1 // 1: the mma's rows map to tile rows in the order that spreads weight loads over the banks (below)
+#endif
 #ifndef ENDR
 #define ENDR 1    // 1: the last tile's shares are added at the block's end through the ring (below)
 #endif
@@ -485,11 +488,12 @@ KC_DEV const u16* kc_grid_wait_for(const u16* p) {
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 // f(j, sum) for each of a consumer warp's sums of a real token (ntok of
-// them), j its place in a tile's [tokens][TR] sums: acc[m][n][e] is row
-// 16m+g+8(e>>1), token 8n+2tig+(e&1). (A template, not a generic lambda:
+// them), j its place in a tile's [tokens][TR] sums: acc[m][n][e] is tile
+// row 16m+pg+8(e>>1) (pg: the lane's row in each 8, see ROWPERM), token
+// 8n+2tig+(e&1). (A template, not a generic lambda:
 // NVRTC does not take those in device code.)
 template <class F>
-KC_DEV void kc_each_sum(const float (&acc)[MT][NT][4], int g, int tig, int ntok, F f) {
+KC_DEV void kc_each_sum(const float (&acc)[MT][NT][4], int pg, int tig, int ntok, F f) {
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -497,7 +501,7 @@ KC_DEV void kc_each_sum(const float (&acc)[MT][NT][4], int g, int tig, int ntok,
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int tok = 8 * n + 2 * tig + (e & 1);
-                if (tok < ntok) f(tok * TR + 16 * m + g + 8 * (e >> 1), acc[m][n][e]);
+                if (tok < ntok) f(tok * TR + 16 * m + pg + 8 * (e >> 1), acc[m][n][e]);
             }
 }
 
@@ -646,6 +650,19 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     // Consumers.
     const int g = lane >> 2;
     const int tig = lane & 3;
+    // The tile row of the mma's row g in each 8 (ROWPERM): g itself, or a
+    // permutation under which the lanes that read shared memory in one
+    // wavefront (a half warp for 8-byte weight loads, a quarter for
+    // 16-byte ones) meet 8 different 16-byte chunks of the swizzled lines.
+    // With rows in order, lanes g and g^1 met the same chunks (chunk ^ row
+    // % 8), two ways to every bank.
+#if ROWPERM && WPT == 2
+    const int pg = ((g & 3) << 1) | (g >> 2);
+#elif ROWPERM && WPT == 4
+    const int pg = ((g & 1) << 2) | (g >> 1);
+#else
+    const int pg = g;
+#endif
     int xr[NT];                                           // this lane's B columns: tokens g, g+8, clamped
 #pragma unroll
     for (int n = 0; n < NT; ++n) xr[n] = min(g + 8 * n, min(tokens, XT) - 1);
@@ -738,14 +755,14 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #if FASTADDR
     // Where this lane's bytes of a group sit in a swizzled line: the
     // group's 16-byte chunk k (k = (offset in the line) / 16, a constant
-    // below) lands at chunk k ^ g, at the lane's offset in it, in row g.
+    // below) lands at chunk k ^ pg, at the lane's offset in it, in row pg.
     // The lane's part of the offset (tig * 4 * WPT) and the group's never
     // share a bit, so the XOR splits into a constant and this table.
     int xb[8];
     {
-        const int lt = (((tig * 4 * WPT) >> 4) ^ g) & 7;
+        const int lt = (((tig * 4 * WPT) >> 4) ^ pg) & 7;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) xb[k] = g * 128 + (((k ^ lt) & 7) << 4) + ((tig * 4 * WPT) & 15);
+        for (int k = 0; k < 8; ++k) xb[k] = pg * 128 + (((k ^ lt) & 7) << 4) + ((tig * 4 * WPT) & 15);
     }
 #endif
     int held = 0;                                        // chunks whose sums acc holds
@@ -817,7 +834,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                                                                 xb[(oc >> 4) & 7]);
                         };
 #else
-                        const int row = 16 * m + 8 * h + g;
+                        const int row = 16 * m + 8 * h + pg;
                         auto at = [&](int o) {
                             return reinterpret_cast<const u32*>(slot + (o >> 7) * (TR * 128) + row * 128 +
                                                                 (((o >> 4) & 7) ^ (row & 7)) * 16 + (o & 15));
@@ -892,14 +909,15 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 }
 #if FP16
                 // Fold: acc += s*sigma*t - s*(1024E + 64O) + b*(E + O), rows g
-                // (e = 0, 1) and g+8 (e = 2, 3); token columns 8n+2tig, 8n+2tig+1.
+                // (e = 0, 1) and g+8 (e = 2, 3) of the mma, tile rows pg and pg+8; token
+                // columns 8n+2tig, 8n+2tig+1.
 #pragma unroll
                 for (int n = 0; n < NT; ++n) {
                     const float4 xc0 = xcon[(c * U + u) * XT + min(8 * n + 2 * tig, min(tokens, XT) - 1)];
                     const float4 xc1 = xcon[(c * U + u) * XT + min(8 * n + 2 * tig + 1, min(tokens, XT) - 1)];
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
-                        const int r0 = 16 * m + g, r1 = r0 + 8;
+                        const int r0 = 16 * m + pg, r1 = r0 + 8;
                         const u32* sw = reinterpret_cast<const u32*>(sc) + uh;
                         const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], uo), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], uo);
                         const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], uo), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], uo);
@@ -913,10 +931,11 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 }
                 continue;
 #endif
-                // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
+                // Fold: acc += s*t + (b - C*s)*xsum, mma rows g (e = 0, 1) and g+8 (e = 2,
+                // 3), tile rows pg and pg+8.
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
-                    const int r0 = 16 * m + g, r1 = r0 + 8;
+                    const int r0 = 16 * m + pg, r1 = r0 + 8;
                     // Scales and biases of groups u and u^1 share a word.
                     const u32* sw = reinterpret_cast<const u32*>(sc) + uh;
                     const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], uo), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], uo);
@@ -938,7 +957,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #endif
         }
         // The warp's share of the tile, added in once its next chunk is of
-        // another tile (or none): acc[m][n][e] is row 16m+g+8(e>>1), token
+        // another tile (or none): acc[m][n][e] is tile row 16m+pg+8(e>>1), token
         // 8n+2tig+(e&1). Until then the slot is released at once.
         ++held;
         if (i + SG < nstages && (i + SG) / nch == k) {
@@ -956,7 +975,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         const int b = k % NS;
         tl.flushing();
         float* tred = red + b * RED_FLOATS;
-        kc_each_sum(acc, g, tig, min(tokens, XT), [&](int j, float v) { atomicAdd(&tred[j], v); });
+        kc_each_sum(acc, pg, tig, min(tokens, XT), [&](int j, float v) { atomicAdd(&tred[j], v); });
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -1007,7 +1026,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     tl.flushing();
     asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");
     float* fin = reinterpret_cast<float*>(smem) + warp * (XT * TR);   // [CW][XT][TR]
-    kc_each_sum(acc, g, tig, min(tokens, XT), [&](int j, float v) { fin[j] = v; });
+    kc_each_sum(acc, pg, tig, min(tokens, XT), [&](int j, float v) { fin[j] = v; });
     asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");
     const int row0 = ((int)blockIdx.x + (my_tiles - 1) * (int)gridDim.x) * TR;
     const int ntok = min(tokens, XT);
