@@ -19,10 +19,10 @@
 // kernel takes 33.7-34.8 us with FP16, stages in two parts and early start
 // (3.8-3.9 TB/s), and 28672->8192 35.1-37.8 us in 64-row tiles; the stream
 // kernel takes 38-42 us at both. Eleventh session, with constant offsets,
-// the end path (FASTADDR, ENDR) and 32-row tiles in one part with FP16:
-// 8192->28672 33.4-33.5 us (3.94-3.96 TB/s), 28672->8192 33.7-35.2 (3.75-
-// 3.92 TB/s), 4096->14336 11.6-11.7, 14336->4096 11.1, 4096^2 4.6-4.9
-// (two full runs). Tenth session: two warps on each stage
+// the end path, the row order (FASTADDR, ENDR, ROWPERM) and 32-row tiles
+// in one part with FP16, the final run: 8192->28672 32.6 us (4.05 TB/s),
+// 28672->8192 33.6 (3.93 TB/s), 4096->14336 11.6, 14336->4096 11.2,
+// 4096^2 4.7. Tenth session: two warps on each stage
 // where stages come in one part (14336->4096 11.6-11.8 us against
 // 12.5-12.6), and stages of 24 to 56 groups where 16 do not divide a row
 // (13824->5120 19.4-19.6 against 31.1-31.2). With the copies alone (no
@@ -127,6 +127,11 @@
 //          session, same call, us, with against without: 4096->14336 12.4
 //          against 12.8, 14336->4096 11.1 against 11.7, 28672->8192 33.5
 //          against 35.1 (with ENDR), 4096^2 4.7 against 5.2
+//   ROWPERM  1 (default) or 0: the order in which the mma's rows map to
+//          tile rows (see pg in the kernel), so that the weight loads of
+//          one wavefront meet every bank once. Eleventh session, same
+//          call: 4096->14336 11.6 us against 11.8 (groups of 128: 11.4
+//          against 12.1), 14336->4096 11.0 against 11.2
 //   ENDR   1 (default) or 0: the block's last tile through the ring at its
 //          end (see METHOD), where its last SG stages are all of that tile;
 //          0 where the warps' sums do not fit the ring
