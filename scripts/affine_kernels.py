@@ -972,6 +972,7 @@ def bulk_correctness_cases():
         (8192, 4104, 4, 64, False, 8, dict(mt=2, _GRID=19)),
         (4096, 4096, 8, 128, True, 1, {}),
         (2048, 1032, 8, 128, False, 3, dict(UNR=2)),
+        (4096, 4104, 4, 128, False, 1, dict(FASTADDR=0)),   # 16-byte weight loads, rows reordered
     ]
     return cases
 

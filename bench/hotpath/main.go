@@ -185,16 +185,22 @@ func (b *bound) check(req sdk.Request, y device.Buffer, x []byte) error {
 }
 
 // enqueueCosts is, for each of the enqueue functions, the median host time
-// per enqueue over rounds of 200 enqueues, the stream drained between
-// rounds so it never backs up. The functions take turns round by round, so
-// a drift of the machine's clocks over the measurement (the direct launch
-// alone has read 3.3 to 5.3 µs across runs) weighs on all of them alike;
-// the first rounds of each are warm-up and not counted.
+// per enqueue over batches of 200 enqueues, the stream drained after every
+// batch so it never backs up. In each round every function runs one batch,
+// in an order that reverses from one round to the next, so that a drift
+// of the machine's clocks over the measurement, or a cost of going first,
+// weighs on all of them alike. The first rounds are warm-up and not
+// counted.
 func enqueueCosts(s *cuda.Stream, enqueues ...func() error) ([]float64, error) {
 	const rounds, per, warm = 60, 200, 5
 	samples := make([][]float64, len(enqueues))
 	for r := 0; r < rounds; r++ {
-		for k, enqueue := range enqueues {
+		for turn := range enqueues {
+			k := turn
+			if r%2 == 1 {
+				k = len(enqueues) - 1 - turn
+			}
+			enqueue := enqueues[k]
 			start := time.Now()
 			for i := 0; i < per; i++ {
 				if err := enqueue(); err != nil {

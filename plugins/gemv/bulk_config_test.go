@@ -65,10 +65,11 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		{a(1, 1536, 1032, 4, 32, false), bulkConfig{Bits: 4, Group: 32, MT: 1, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1}, 95312},
 		{a(1, 4608, 4096, 4, 32, false), bulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1}, 193104},
 		{a(1, 18944, 3584, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, Parts: 1}, 197952},
-		// 32-row tiles where 16-row ones leave a shorter last wave only
-		// with fp16 operands (4096->14336 q4 above), and only while they
-		// add at most a third: without fp16 (8 bits, or more than 8192
-		// inputs) 16-row tiles in two parts; 2048 outputs, 16-row tiles
+		// 32-row tiles that give the busiest block more m-tiles than
+		// 16-row ones are taken only with fp16 operands (4096->14336 q4
+		// above), and only up to a third more: without fp16 (8 bits, or
+		// more than 8192 inputs) 16-row tiles in two parts; at 2048
+		// outputs (twice the m-tiles) 16-row tiles
 		{a(1, 4096, 14336, 8, 64, false), bulkConfig{Bits: 8, Group: 64, MT: 1, CW: 8, WK: 1, U: 8, NS: 16, XT: 1, Parts: 2}, 190016},
 		{a(1, 10240, 14336, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, WK: 1, U: 16, NS: 16, XT: 1, Parts: 2}, 222784},
 		{a(1, 4096, 2048, 4, 64, false), bulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1}, 166224},

@@ -20,9 +20,9 @@
 // (3.8-3.9 TB/s), and 28672->8192 35.1-37.8 us in 64-row tiles; the stream
 // kernel takes 38-42 us at both. Eleventh session, with constant offsets,
 // the end path, the row order (FASTADDR, ENDR, ROWPERM) and 32-row tiles
-// in one part with FP16, the final run: 8192->28672 32.6 us (4.05 TB/s),
-// 28672->8192 33.6 (3.93 TB/s), 4096->14336 11.6, 14336->4096 11.2,
-// 4096^2 4.7. Tenth session: two warps on each stage
+// in one part with FP16, four runs: 8192->28672 32.6-33.5 us (3.94-4.05
+// TB/s), 28672->8192 33.5-35.2 (3.75-3.94 TB/s), 4096->14336 11.6-12.4,
+// 14336->4096 11.0-11.2, 4096^2 4.6-4.9. Tenth session: two warps on each stage
 // where stages come in one part (14336->4096 11.6-11.8 us against
 // 12.5-12.6), and stages of 24 to 56 groups where 16 do not divide a row
 // (13824->5120 19.4-19.6 against 31.1-31.2). With the copies alone (no
@@ -130,8 +130,10 @@
 //   ROWPERM  1 (default) or 0: the order in which the mma's rows map to
 //          tile rows (see pg in the kernel), so that the weight loads of
 //          one wavefront meet every bank once. Eleventh session, same
-//          call: 4096->14336 11.6 us against 11.8 (groups of 128: 11.4
-//          against 12.1), 14336->4096 11.0 against 11.2
+//          call, us: 4096->14336 11.6 against 11.8 (groups of 128: 11.4
+//          against 12.1), 14336->4096 11.0 against 11.2 (groups of 128:
+//          11.2 against 11.3), 4096^2 and 4096->6144 0.1 faster; no
+//          change at 8192->28672 and 28672->8192
 //   ENDR   1 (default) or 0: the block's last tile through the ring at its
 //          end (see METHOD), where its last SG stages are all of that tile;
 //          0 where the warps' sums do not fit the ring
@@ -245,11 +247,12 @@
 //   line, so within a run of UG groups (UG a multiple of the groups per
 //   line) the byte offset of each group, and its 16-byte chunk in the
 //   line, are constants. The lane's own offset within a group (tig*4*WPT)
-//   shares no bit with them, so the swizzle (chunk ^ row % 8, row % 8 = g)
-//   splits into a constant and a per-lane table of the 8 chunk positions:
-//   every weight, x and scale load is a base plus an immediate. ncu at
-//   4096->14336 counted 5.3 M warp instructions before, 23 per mma; the
-//   loop spent about 8 of them on the swizzle of each weight load.
+//   shares no bit with them, so the swizzle (chunk ^ row % 8, row % 8 = pg,
+//   the lane's tile row, see ROWPERM) splits into a constant and a
+//   per-lane table of the 8 chunk positions: every weight, x and scale
+//   load is a base plus an immediate. ncu at 4096->14336 counted 5.3 M
+//   warp instructions before (23 per mma); the loop then spent about 8
+//   instructions on the swizzle of each weight load.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -655,12 +658,13 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     // Consumers.
     const int g = lane >> 2;
     const int tig = lane & 3;
-    // The tile row of the mma's row g in each 8 (ROWPERM): g itself, or a
-    // permutation under which the lanes that read shared memory in one
-    // wavefront (a half warp for 8-byte weight loads, a quarter for
-    // 16-byte ones) meet 8 different 16-byte chunks of the swizzled lines.
-    // With rows in order, lanes g and g^1 met the same chunks (chunk ^ row
-    // % 8), two ways to every bank.
+    // The tile row of the mma's row g in each 8 (ROWPERM): a permutation
+    // under which the lanes that read shared memory in one wavefront (a
+    // half warp for WPT 2's 8-byte weight loads, a quarter for WPT 4's
+    // 16-byte ones) meet 8 different 16-byte chunks of the swizzled lines;
+    // with rows in order, the lanes of rows g and g^1 met the same chunks
+    // (chunk ^ row % 8), two ways to every bank. At WPT 1 and 8 rows in
+    // order already meet every bank once.
 #if ROWPERM && WPT == 2
     const int pg = ((g & 3) << 1) | (g >> 2);
 #elif ROWPERM && WPT == 4
