@@ -77,9 +77,9 @@ func TestMeasureTimesBothCandidatesAndExplainsTheChoice(t *testing.T) {
 	h := openHost(t, "qmm", "gemv", "mxfp4", "fp8tc")
 	d, err := h.Measure(context.Background(), affineRequest(1, 1024, 512, 4, 64))
 	require.NoError(t, err)
-	// qmm and gemv are timed; gemv/tensor-core, gemv/bulk, qmm/stream and
-	// qmm/wgmma run on CUDA only and say so.
-	require.Len(t, d.Measurements, 6)
+	// qmm and gemv are timed; gemv/tensor-core, gemv/bulk, qmm/stream,
+	// qmm/bulk and qmm/wgmma run on CUDA only and say so.
+	require.Len(t, d.Measurements, 7)
 	assert.Equal(t, "qmm", d.Measurements[0].Candidate, "fallback first")
 	chosen := 0
 	for _, m := range d.Measurements {

@@ -42,9 +42,9 @@ func TestManagerStartsAndDescribesPlugins(t *testing.T) {
 	qmm, ok := m.Lookup("qmm")
 	require.True(t, ok)
 	cands := qmm.Description().Candidates
-	require.Len(t, cands, 3)
+	require.Len(t, cands, 4)
 	assert.True(t, cands[0].Fallback, "the fallback comes first")
-	assert.Equal(t, []string{"qmm", "qmm/stream", "qmm/wgmma"}, []string{cands[0].Name, cands[1].Name, cands[2].Name})
+	assert.Equal(t, []string{"qmm", "qmm/stream", "qmm/bulk", "qmm/wgmma"}, []string{cands[0].Name, cands[1].Name, cands[2].Name, cands[3].Name})
 	mx, _ := m.Lookup("mxfp4")
 	assert.Empty(t, mx.Description().Candidates, "placeholder plugins offer no candidates")
 }

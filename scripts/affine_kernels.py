@@ -4,8 +4,8 @@
     plugins/gemv/kernels/gemv.cu   affine_gemv  (decode, tokens 1..8)
     plugins/qmm/kernels/qmm.cu     affine_qmm   (tensor cores, any token count)
     internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
-    plugins/gemv/kernels/bulk.cu   affine_bulk  (4/8-bit weights fed by tensor copies, 1..16
-                                   tokens; the gemv plugin's gemv/bulk candidate serves it at 1 token)
+    internal/affinegpu/kernels/bulk.cu   affine_bulk  (4/8-bit weights fed by tensor copies, 1..16
+                                   tokens; gemv/bulk serves it at 1 token, qmm/bulk at 9..16 in K slices)
     plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, int4 g64, 33+ tokens)
 
 Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GEMV_CU = ROOT / "plugins" / "gemv" / "kernels" / "gemv.cu"
 QMM_CU = ROOT / "plugins" / "qmm" / "kernels" / "qmm.cu"
 STREAM_CU = ROOT / "internal" / "affinegpu" / "kernels" / "stream.cu"
-BULK_CU = ROOT / "plugins" / "gemv" / "kernels" / "bulk.cu"   # tensor maps as parameters
+BULK_CU = ROOT / "internal" / "affinegpu" / "kernels" / "bulk.cu"   # tensor maps as parameters
 WG_CU = ROOT / "plugins" / "qmm" / "kernels" / "wg.cu"   # sm_90a only
 ENTRY = {GEMV_CU: "affine_gemv", QMM_CU: "affine_qmm", STREAM_CU: "affine_stream", WG_CU: "affine_wg",
          BULK_CU: "affine_bulk"}
@@ -211,7 +211,8 @@ BULK_MAX_SMEM = 227 * 1024
 
 def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
                 mt: int | None = None, cw: int = 8, seg: int | None = None, ns: int | None = None, bps: int = 1,
-                fp16: int | None = None, parts: int | None = None, wk: int | None = None) -> dict | None:
+                fp16: int | None = None, parts: int | None = None, wk: int | None = None,
+                ks: int | None = None) -> dict | None:
     """Macros for affine_bulk (tokens 1..16, 4 or 8 bits), or None when it does not apply.
     By default its fastest variant on the H200 at one token (bench/NOTES.md, seventh to
     eleventh sessions): 64-row tiles when 16-row ones would leave no shorter last wave (4 bits,
@@ -248,28 +249,36 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     of each part (every wk-th group where the runs are not whole steps of UG groups: FASTADDR
     in bulk.cu); by default 2 where 16- or 32-row tiles' stages come in one part and the
     warps pair up, else 1.
+    ks: K slices (SPLITK in bulk.cu: blockIdx.y takes in_f/ks inputs, the sums go through a
+    float workspace); by default bulk_splits.
     Contradictory settings (also through --bulk-over) give None."""
     if bits not in (4, 8) or not 1 <= tokens <= 16 or in_f % group or out_f % 8:
         return None
     sms = sms or SMS
+    if ks is None:
+        ks = bulk_splits(bits, group, tokens, in_f, sms)
+    if ks < 1 or in_f % (ks * group):
+        return None
+    kin = in_f // ks
+    use16 = fp16 if fp16 is not None else bulk_fp16(bits, tokens, kin, ks)
+    use16 = BULK_OVER.get("FP16", use16)   # as the variant will be built
     if mt is None:
-        g = sms * bps
+        g = max(1, sms * bps // ks)   # blocks per slice
         t1, t2, t4 = -(-out_f // 16), -(-out_f // 32), -(-out_f // 64)
         # 64-row tiles only where 256-byte row pieces exist (4 bits, groups <= 64) and eight
         # warps' stages fit in them (else the narrower tiles' rule, below)
-        if bits == 4 and group <= 64 and -(-t4 // g) * 4 <= -(-t1 // g):
-            c = bulk_config(bits, group, tokens, in_f, out_f, sms, 4, cw, seg, ns, bps, fp16, parts, wk)
+        # (not with K slices: 16 tokens, 4096->14336, 22.7-25.1 us against 32-row tiles' 19.8)
+        if bits == 4 and group <= 64 and ks == 1 and -(-t4 // g) * 4 <= -(-t1 // g):
+            c = bulk_config(bits, group, tokens, in_f, out_f, sms, 4, cw, seg, ns, bps, fp16, parts, wk, ks)
             if c is None or c["CW"] == cw:
                 return c
         # with fp16 operands 32-row tiles may take up to a third more m-tiles than 16-row ones
         # (eleventh session: 4096->14336 11.6 us against 13.4; see bulkTileRows in Go)
-        use16 = fp16 if fp16 is not None else bits == 4 and in_f <= 8192 and tokens <= 8
-        use16 = BULK_OVER.get("FP16", use16)   # as the variant will be built
         w1, w2 = -(-t1 // g), -(-t2 // g) * 2
         mt = 2 if w2 <= w1 or use16 and 3 * w2 <= 4 * w1 else 1
-    if seg is None:   # 64-row tiles, or x outweighing the weights (above 8 tokens): half the row pieces
-        seg = 256 if mt == 4 or tokens > 8 else 512
-    groups = in_f // group
+    if seg is None:   # 64-row tiles, or x staged and outweighing the weights (above 8 tokens): half the row pieces
+        seg = 256 if mt == 4 or tokens > 8 and not use16 else 512
+    groups = kin // group
     gbytes = group * bits // 8
     want = max(8, seg // gbytes // 8 * 8)
     # U: want where it divides the row's groups. Else, in 16- and 32-row tiles of which blocks
@@ -287,28 +296,55 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     above = [v for v in range(want + 8, 65, 8) if groups % v == 0]
     below = [v for v in (want // 2, want // 4) if 8 <= v <= 64 and v % 8 == 0 and groups % v == 0]
     tiles = -(-out_f // (16 * mt))
-    per_block = -(-tiles // (sms * bps))   # tiles the busiest block takes
+    per_block = -(-tiles // max(1, sms * bps // ks))   # tiles the busiest block takes
     if mt == 4 or per_block < 2:
         above = []
     for u in fit + above + below:
-        c = _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp16, parts, wk)
+        c = _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp16, parts, wk, ks)
         if c is not None and (u not in above or c["CW"] >= min(4, cw) and per_block * (groups // u) >= 4):
             return c
     return None
 
 
-def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp16, parts, wk):
+def bulk_splits(bits: int, group: int, tokens: int, in_f: int, sms: int | None = None) -> int:
+    """K slices for affine_bulk: 1 up to 8 tokens (and at 8 bits); above, of the slice counts
+    whose slices are whole stages of 8 groups and whose x (fp16, resident) is at most 64 KiB
+    (so that the ring keeps room), the one that leaves the fewest SMs idle (sms // ks blocks
+    per slice), and of those the most slices (twelfth session, 16 tokens: 4096->14336 19.8 us
+    in 4 slices against 21.1 in 2; 14336->4096 20.5 in 14 against 21.1 in 7; 28672->8192 60.9
+    in 14 against 68.7 in 28, which leaves 20 SMs idle); 0 where none fits (not served)."""
+    if tokens <= 8 or bits != 4:
+        return 1
+    sms = sms or SMS
+    best, used = 0, -1
+    for ks in range(2, in_f // (8 * group) + 1):
+        if in_f % (ks * 8 * group) == 0 and 2 * tokens * (in_f // ks) <= 64 * 1024:
+            u = max(1, sms // ks) * ks
+            if u >= used:
+                best, used = ks, u
+    return best
+
+
+def bulk_fp16(bits: int, tokens: int, kin: int, ks: int) -> int:
+    """Whether affine_bulk takes fp16 operands with x resident (kin: the inputs of a block)."""
+    return int(bits == 4 and kin <= 8192 and (tokens <= 8 or ks > 1))
+
+
+def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp16, parts, wk, ks=1):
     """bulk_config with the groups per stage (U) chosen."""
     gbytes = group * bits // 8
+    kin = in_f // ks
     cfg = dict(BITS=bits, GROUP=group, MT=mt, CW=cw, U=u, NS=cw, XT=tokens, _BPS=bps)
+    if ks > 1:
+        cfg["SPLITK"], cfg["_KS"] = 1, ks
     if fp16 is None:
-        fp16 = int(bits == 4 and in_f <= 8192 and tokens <= 8)
+        fp16 = bulk_fp16(bits, tokens, kin, ks)
     fp16 = BULK_OVER.get("FP16", fp16)   # as the variant will be built (cfg.update below)
     if parts is None:
         # not with fp16 in 16- and 32-row tiles: one part, two warps per stage (eleventh session,
         # 8192->28672 33.0 us against 34.0; without fp16 two parts stay faster, 13824->5120
         # 17.5 against 19.1)
-        parts = 2 if ((-(-out_f // (16 * mt)) > sms * bps or mt == 4) and u * gbytes % 256 == 0
+        parts = 2 if ((-(-out_f // (16 * mt)) > sms * bps // ks or mt == 4) and u * gbytes % 256 == 0
                       and (not fp16 or mt == 4)) else 1
     if parts > 1:
         cfg["PARTS"] = parts
@@ -324,6 +360,8 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
 
     def fits(c):   # one block: 227 KiB; several: the SM's 228 KiB, 1 KiB reserved per block
         b = bulk_smem_bytes(c, in_f)
+        if (kin // group) % c["U"]:
+            return False
         return b <= BULK_MAX_SMEM and (bps == 1 or (b + 1024) * bps <= 228 * 1024)
 
     if ns is None:
@@ -366,16 +404,19 @@ def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
     parts = cfg.get("PARTS", 1)   # PARTS > 1: two scale buffers per slot, a barrier pair per part
     nsbuf = 2 if parts > 1 else 1
     stage = -(-(tr * seg + nsbuf * 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
-    resident = cfg["XT"] * (2 * in_f + 16) + 16 * (in_f // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
-    nt = -(-cfg["XT"] // 8)   # n-tiles of 8 tokens: one tile's sums are [8*nt][tr] floats
-    return ns * stage + ns * 4 * 8 * nt * tr + -(-4 * ns // 16) * 16 + 16 * ns * parts + 1024 + resident
+    kin = in_f // cfg.get("_KS", 1)   # a block's inputs (SPLITK: one slice)
+    resident = cfg["XT"] * (2 * kin + 16) + 16 * (kin // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
+    nt = -(-cfg["XT"] // 8)   # n-tiles of 8 tokens: one tile's sums are [8*nt][tr] floats (none with SPLITK)
+    red = 0 if cfg.get("SPLITK") else ns * 4 * 8 * nt * tr
+    return ns * stage + red + -(-4 * ns // 16) * 16 + 16 * ns * parts + 1024 + resident
 
 
 def bulk_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
     """(grid, block, dynamic shared bytes) for affine_bulk: resident blocks that walk the tiles,
     CW consumer warps and one producer warp per part (PARTS)."""
     tiles = -(-out_f // (16 * cfg["MT"]))
-    grid = (min(tiles, cfg.get("_GRID") or SMS * cfg.get("_BPS", 1)), 1, 1)
+    ks = cfg.get("_KS", 1)   # SPLITK: blockIdx.y is the slice of the inputs
+    grid = (min(tiles, cfg.get("_GRID") or max(1, SMS * cfg.get("_BPS", 1) // ks)), ks, 1)
     return grid, (32 * (cfg["CW"] + cfg.get("PARTS", 1)), 1, 1), bulk_smem_bytes(cfg, in_f)
 
 
@@ -973,6 +1014,22 @@ def bulk_correctness_cases():
         (4096, 4096, 8, 128, True, 1, {}),
         (2048, 1032, 8, 128, False, 3, dict(UNR=2)),
         (4096, 4104, 4, 128, False, 1, dict(FASTADDR=0)),   # 16-byte weight loads, rows reordered
+        # K slices (SPLITK): sums added into a poisoned float workspace, which the clear
+        # kernel must zero, then rounded by the finish kernel (with the bias); fp16 and bf16
+        # operands, 8 bits, slices of one stage, odd token counts, tiles past out_features,
+        # many tiles per block, and a grid of one block per slice
+        (4096, 14336, 4, 64, True, 16, dict(ks=2, fp16=1)),
+        (8192, 28672, 4, 64, False, 16, dict(ks=4, fp16=1)),
+        (14336, 4096, 4, 64, True, 16, dict(ks=7, fp16=1)),
+        (28672, 8192, 4, 64, False, 13, dict(ks=14, fp16=1)),
+        (4096, 4104, 4, 64, True, 9, dict(ks=8, fp16=1, _GRID=7)),
+        (4096, 4104, 4, 32, False, 16, dict(ks=2, fp16=1, mt=1)),
+        (2048, 1032, 4, 128, True, 11, dict(ks=2, fp16=1)),
+        (4096, 4104, 4, 64, True, 16, dict(ks=4)),
+        (2048, 1032, 8, 32, True, 16, dict(ks=2, _GRID=3)),
+        (8192, 1000, 8, 64, False, 5, dict(ks=4, mt=2)),
+        (4096, 1032, 4, 64, True, 1, dict(ks=2, fp16=1, _GRID=1)),
+        (14336, 4096, 4, 64, False, 16, dict(ks=7, fp16=1, mt=4)),
     ]
     return cases
 
@@ -985,6 +1042,7 @@ def run_bulk_correctness() -> bool:
         grid = over.get("_GRID")
         kw = {k: v for k, v in over.items() if not k.startswith("_") and not k.isupper()}
         kw.setdefault("fp16", 0)   # the fp16 variant where a case asks for it
+        kw.setdefault("ks", 1)     # K slices where a case asks for them
         c = bulk_config(b, g, t, in_f, out_f, **kw)
         if c is None:
             raise SystemExit(f"bulk case {in_f}->{out_f} q{b} g{g} t={t} {over}: no config")
@@ -1229,9 +1287,9 @@ def sweep_configs(bits, group, t, in_f, out_f):
                             out.append(("stream", STREAM_CU, c))
     bbase = bulk_config(bits, group, t, in_f, out_f)
     if BULK_CONFIGS and bbase:
-        for mt, cw, seg, ns, bps, fp16, parts, wk in BULK_CONFIGS:
+        for mt, cw, seg, ns, bps, fp16, parts, wk, ks in BULK_CONFIGS:
             c = bulk_config(bits, group, t, in_f, out_f, mt=mt or None, cw=cw, seg=seg or None, ns=ns or None, bps=bps,
-                            fp16=None if fp16 < 0 else fp16, parts=parts or None, wk=wk or None)
+                            fp16=None if fp16 < 0 else fp16, parts=parts or None, wk=wk or None, ks=ks or None)
             if c and c != bbase:
                 out.append(("bulk", BULK_CU, c))
     if STREAM_ONLY:
@@ -1472,10 +1530,30 @@ def bulk_tma_launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
             TensorMap(biases.data_ptr(), 1, groups, wt.out_f, groups * 2, u, tr)]
     grid, block, smem = bulk_launch(cfg, tokens, wt.in_f, wt.out_f)
     kern = get_kernel(BULK_CU, cfg, smem)
-    args = [m.map for m in maps] + [np.uint64(x.data_ptr()),
-                                    np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
-                                    np.uint64(y.data_ptr()), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f)]
-    return lambda: (maps, launch_ex(kern, grid, block, args, smem, programmatic=WG_PDL))
+    bias = np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0)
+    if not cfg.get("SPLITK"):
+        args = [m.map for m in maps] + [np.uint64(x.data_ptr()), bias,
+                                        np.uint64(y.data_ptr()), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f)]
+        return lambda: (maps, launch_ex(kern, grid, block, args, smem, programmatic=WG_PDL))
+    # SPLITK: clear the float workspace, add the slices' sums into it, round it into y
+    # (bias added there), each kernel with early start as the plugin launches them.
+    import torch
+    part = torch.full((tokens, wt.out_f), float("nan"), dtype=torch.float32, device="cuda")   # poisoned: the clear must run
+    n = tokens * wt.out_f
+    clear = get_kernel(BULK_CU, cfg, 0, name="affine_bulk_clear")
+    finish = get_kernel(BULK_CU, cfg, 0, name="affine_bulk_finish")
+    fgrid = (max(1, min(SMS * 4, -(-n // 4 // 256))), 1, 1)
+    cargs = [np.uint64(part.data_ptr()), np.int32(n)]
+    args = [m.map for m in maps] + [np.uint64(x.data_ptr()), np.uint64(0),
+                                    np.uint64(part.data_ptr()), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f)]
+    fargs = [np.uint64(part.data_ptr()), bias, np.uint64(y.data_ptr()), np.int32(tokens), np.int32(wt.out_f)]
+
+    def run():
+        launch_ex(clear, fgrid, (256, 1, 1), cargs, 0, programmatic=WG_PDL)
+        launch_ex(kern, grid, block, args, smem, programmatic=WG_PDL)
+        launch_ex(finish, fgrid, (256, 1, 1), fargs, 0, programmatic=WG_PDL)
+        return maps, part
+    return run
 
 
 def launch_programmatic(kern, grid, block, args, shared_mem=0):
@@ -1636,8 +1714,8 @@ def main():
     ap.add_argument("--stream-sweep", action="store_true", help="with --sweep: alternative affine_stream configs only")
     ap.add_argument("--stream-configs", help="with --sweep: affine_stream variants MT:KW:U:D[:MINB[:XT]],... (XT -1: x through the ring) "
                     "timed instead of the built-in stream sweep")
-    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FP16[:PARTS[:WK]]]],... "
-                    "(MT 0 / NS 0 / SEG 0 / PARTS 0 / WK 0 or absent: the rule's choice; BPS default 1; "
+    ap.add_argument("--bulk-configs", help="with --sweep: affine_bulk variants MT:CW:SEG:NS[:BPS[:FP16[:PARTS[:WK[:KS]]]]],... "
+                    "(MT 0 / NS 0 / SEG 0 / PARTS 0 / WK 0 / KS 0 or absent: the rule's choice; BPS default 1; "
                     "FP16 0 off, 1 on, -1 or absent the rule's choice)")
     ap.add_argument("--quant", help="benchmark bits:group (default 4:64, what DESIGN.md's targets name)")
     ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. UNR=2)")
@@ -1667,9 +1745,9 @@ def main():
                           for c in args.stream_configs.split(",")]
     if args.bulk_configs:
         global BULK_CONFIGS
-        if any(not 4 <= len(c.split(":")) <= 8 for c in args.bulk_configs.split(",")):
-            ap.error("--bulk-configs entries are MT:CW:SEG:NS[:BPS[:FP16[:PARTS[:WK]]]]")
-        BULK_CONFIGS = [tuple(int(v) for v in c.split(":") + ["1", "-1", "0", "0"][len(c.split(":")) - 4:])
+        if any(not 4 <= len(c.split(":")) <= 9 for c in args.bulk_configs.split(",")):
+            ap.error("--bulk-configs entries are MT:CW:SEG:NS[:BPS[:FP16[:PARTS[:WK[:KS]]]]]")
+        BULK_CONFIGS = [tuple(int(v) for v in c.split(":") + ["1", "-1", "0", "0", "0"][len(c.split(":")) - 4:])
                         for c in args.bulk_configs.split(",")]
     if args.quant:
         global BENCH_QUANT

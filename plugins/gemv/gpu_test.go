@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/kcand/kcand/internal/affinegpu"
 	"github.com/kcand/kcand/sdk/gpukernel"
 	"github.com/kcand/kcand/sdk/plugintest"
 )
@@ -29,5 +30,5 @@ func TestTensorCoreVariantsCompile(t *testing.T) {
 // TestBulkVariantsCompile compiles every variant gemv/bulk would choose
 // for the GPU test shapes (NVRTC 12 or newer: tensor copies are PTX ISA 8.0).
 func TestBulkVariantsCompile(t *testing.T) {
-	plugintest.CompileVariants(t, bulkSource, bulkChoice)
+	plugintest.CompileVariants(t, affinegpu.BulkSource, bulkChoice)
 }

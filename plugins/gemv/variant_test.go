@@ -39,7 +39,7 @@ func bulkChoice(req sdk.Request, sms int) plugintest.Choice {
 	if why != "" {
 		return plugintest.Choice{}
 	}
-	grid, block, shared := cfg.launch(req, sms)
-	return plugintest.Choice{OK: true, Source: &bulkSource, Variant: gpukernel.Variant{Entry: bulkEntry, Defines: cfg.defines()},
+	grid, block, shared := cfg.Launch(req, sms)
+	return plugintest.Choice{OK: true, Source: &affinegpu.BulkSource, Variant: cfg.Variant(),
 		Grid: grid, Block: block, SharedBytes: shared, MinNVRTC: 12}
 }

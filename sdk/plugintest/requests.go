@@ -71,6 +71,10 @@ func GPURequests() []sdk.Request {
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts
 		a(1, 2304, 4240, 8, 32, true),    // gemv/bulk: 24 groups per stage, 16-row tiles, several per block
+		// qmm/bulk: K in slices above 8 tokens, odd token counts, groups of
+		// 128 and of 32 (56 groups per slice)
+		a(9, 2048, 1032, 4, 128, true),
+		a(13, 14336, 4096, 4, 32, false),
 	}
 }
 

@@ -2,10 +2,10 @@
 // weights) in which copying and computing are separate warps. A producer
 // warp (one per part of a stage, see PARTS) keeps a block-wide ring of
 // shared-memory stages full with tensor copies (TMA); the consumer warps
-// only compute. The gemv plugin serves it
-// as its gemv/bulk candidate at 1 token, the only count that candidate
-// admits; the kernel is correct for 1..16 tokens (scripts/affine_kernels.py
-// tests them).
+// only compute. The gemv plugin serves it as its gemv/bulk candidate at 1
+// token, and the qmm plugin as qmm/bulk at 9..16 tokens with K in slices
+// (SPLITK); the kernel is correct for 1..16 tokens either way
+// (scripts/affine_kernels.py tests them).
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/g] * q[o][i] + biases[o][i/g])  (+ bias[o])
 //
@@ -137,6 +137,18 @@
 //   ENDR   1 (default) or 0: the block's last tile through the ring at its
 //          end (see METHOD), where its last SG stages are all of that tile;
 //          0 where the warps' sums do not fit the ring
+//   SPLITK 1: K in slices (twelfth session, for 9..16 tokens): block
+//          (x, s) takes inputs [s*kin, (s+1)*kin), kin = in/gridDim.y, and
+//          y is a float workspace [tokens][out_features] that
+//          affine_bulk_clear zeroed: each warp adds its sums over its
+//          chunks of a tile into it (red.global.add), and
+//          affine_bulk_finish rounds the total to bf16 with the bias (the
+//          product takes bias null). Stages go out in rounds of SG tiles,
+//          one per stage group, so a warp holds its sums over a whole
+//          tile's chunks (kc_stage); ENDR is 0. kin must be a multiple of
+//          U*GROUP. 16 tokens, us, against the stream kernel's: 4096->14336
+//          19.8 / 24.3, 8192->28672 60.8 / 69.7, 28672->8192 60.9 / 71.1,
+//          14336->4096 20.5 / 21.0, 4096^2 8.6 / 7.9
 //   KC_TIMELINE   (diagnostics, scripts/bulk_timeline.py) lane 0 of every
 //          warp records, in the __device__ array kc_tl, its start and end
 //          (%globaltimer and clock64), the cycles it spent in barrier
@@ -151,7 +163,10 @@
 // mirrors them)
 //   block = 32*(CW+PARTS) threads: CW consumer warps, then a producer warp
 //   per part
-//   grid = (min(tiles, BPS*SMs), 1, 1) with tiles = ceil(out/TR) and BPS the
+//   grid = (min(tiles, BPS*SMs), 1, 1) (SPLITK: (min(tiles, SMs/KS), KS, 1),
+//   with affine_bulk_clear(float* part, int n = tokens*out) before and
+//   affine_bulk_finish(const float* part, const bf16* bias, bf16* y, int
+//   tokens, int out) after, any grid, all three with early start) with tiles = ceil(out/TR) and BPS the
 //   resident blocks per SM the variant is sized for (1 unless asked):
 //   blocks stay resident and take tiles blockIdx.x, blockIdx.x + gridDim.x,
 //   ..., so any grid >= 1 is correct.
@@ -355,7 +370,7 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #define NSBUF (PARTS > 1 ? 2 : 1)
 #define XOFF (SOFF + NSBUF * SBUF)
 #define STAGE ((XOFF + (FP16 ? 0 : XT * XSTRIDE) + 1023) / 1024 * 1024)   // FP16: x is resident, not staged
-#define RED_FLOATS (8 * NT * TR)             // one tile's sums: [8*NT tokens][TR rows]
+#define RED_FLOATS (SPLITK ? 0 : 8 * NT * TR)   // one tile's sums: [8*NT tokens][TR rows] (none with SPLITK)
 #define RED_OFF (NS * STAGE)
 #define CNT_OFF (RED_OFF + NS * 4 * RED_FLOATS)
 #define BAR_OFF (CNT_OFF + ((4 * NS + 15) / 16) * 16)
@@ -368,9 +383,12 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #ifndef ENDR
 #define ENDR 1    // 1: the last tile's shares are added at the block's end through the ring (below)
 #endif
-#if ENDR && FIN_BYTES > NS * STAGE
+#ifndef SPLITK
+#define SPLITK 0  // 1: blockIdx.y takes a slice of the inputs and adds its sums into a float workspace (SPLIT K)
+#endif
+#if ENDR && (FIN_BYTES > NS * STAGE || SPLITK)
 #undef ENDR
-#define ENDR 0
+#define ENDR 0    // (SPLITK: every warp adds its sums into the workspace itself)
 #endif
 
 #define KC_DEV __device__ __forceinline__
@@ -513,6 +531,42 @@ KC_DEV void kc_each_sum(const float (&acc)[MT][NT][4], int pg, int tig, int ntok
             }
 }
 
+// Stage i of a block: its tile k (the block's k-th) and chunk c. Chunks
+// go out in order, tile after tile; with SPLITK, in rounds of SG tiles,
+// one to each stage group, which walks its tile's chunks while the others
+// walk theirs (stage i is group i % SG's), so that a warp holds its sums
+// over all its tile's chunks before it adds them into the workspace. A
+// block's last my_tiles % SG tiles go out tile after tile.
+KC_DEV void kc_stage(int i, int nch, int my_tiles, int& k, int& c) {
+#if SPLITK
+    const int whole = my_tiles / SG * SG * nch;   // stages in whole rounds
+    if (i < whole) {
+        const int r = i / SG;
+        k = r / nch * SG + i % SG;
+        c = r % nch;
+        return;
+    }
+    k = my_tiles / SG * SG + (i - whole) / nch;
+    c = (i - whole) % nch;
+#else
+    k = i / nch;
+    c = i - k * nch;
+#endif
+}
+
+// Output (token tok, row) of a tile, v its sum over the block's inputs:
+// rounded to bf16 with the bias added, or (SPLITK) added into the float
+// workspace at y, where affine_bulk_finish rounds the slices' total.
+KC_DEV void kc_store(u16* y, const u16* bias, int out, int tok, int row, float v) {
+#if SPLITK
+    float* p = reinterpret_cast<float*>(y) + (long long)tok * out + row;
+    asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");
+#else
+    if (bias != nullptr) v += kc_bf16(kc_ldh(bias + row));
+    y[(long long)tok * out + row] = kc_to_bf16(v);
+#endif
+}
+
 #ifdef KC_TIMELINE
 // kc_tl[block][warp]: start and end %globaltimer (ns), start and end clock64,
 // cycles in barrier waits, waits, clock64 when the first and the last ended,
@@ -578,7 +632,11 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     const int out = out_features;
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    const int groups = in / GROUP;
+    // The block's inputs [k0, k0 + kin): all of them, or with SPLITK slice
+    // blockIdx.y of gridDim.y (the host checks that kin is whole stages).
+    const int kin = in / (int)gridDim.y;
+    const int k0 = (int)blockIdx.y * kin;
+    const int groups = kin / GROUP;
     const int nch = groups / U;                          // chunks per tile (host checks the division)
     const int tiles = (out + TR - 1) / TR;
     const int my_tiles = tiles > (int)blockIdx.x ? (tiles - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
@@ -590,8 +648,8 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     // 1), NS full barriers at full0 + 16*NS*p, then NS empty ones.
     const u32 full0 = sbase + BAR_OFF, empty0 = full0 + 8 * NS;
 #if FP16
-    const int xrstride = 2 * in + 16;
-    unsigned char* xres = smem + SMEM_BYTES;                 // [XT][in] fp16, pairs as the unpacking meets them
+    const int xrstride = 2 * kin + 16;
+    unsigned char* xres = smem + SMEM_BYTES;                 // [XT][kin] fp16, pairs as the unpacking meets them
     float4* xcon = reinterpret_cast<float4*>(xres + XT * xrstride);   // [groups][XT]
 #endif
 
@@ -626,7 +684,8 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         const u32 full_p = full0 + 16 * NS * part, empty_p = empty0 + 16 * NS * part;
         for (int i = 0; i < nstages; ++i) {
             const int s = i % NS;
-            const int k = i / nch, c = i - k * nch;
+            int k, c;
+            kc_stage(i, nch, my_tiles, k, c);
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             const u32 full = full_p + 8 * s;
             if (i >= NS) KC_TL_WAIT(empty_p + 8 * s, ((i / NS) + 1) & 1);
@@ -634,11 +693,11 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             kc_bar_expect(full, TR * SEG / PARTS + (part ? 0 : SBUF) + (FP16 ? 0 : ntok * XSEG / PARTS));
 #pragma unroll
             for (int b = part * NB; b < (part + 1) * NB; ++b)
-                kc_tma2d(dst + b * TR * 128, &wmap, c * (SEG / 4) + 32 * b, row0, full);
+                kc_tma2d(dst + b * TR * 128, &wmap, (k0 * BITS) / 32 + c * (SEG / 4) + 32 * b, row0, full);
             if (part == 0) {
                 const u32 sdst = dst + SOFF + (NSBUF > 1 ? ((i / NS) & 1) * SBUF : 0);
-                kc_tma2d(sdst, &smap, c * U, row0, full);
-                kc_tma2d(sdst + TR * SSTRIDE, &bmap, c * U, row0, full);
+                kc_tma2d(sdst, &smap, k0 / GROUP + c * U, row0, full);
+                kc_tma2d(sdst + TR * SSTRIDE, &bmap, k0 / GROUP + c * U, row0, full);
             }
             if (FP16)
                 continue;
@@ -649,7 +708,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             if (i == 0) x = kc_grid_wait_for(x);
             for (int t = 0; t < ntok; ++t)
                 kc_bulk(dst + XOFF + t * XSTRIDE + part * (XSEG / PARTS),
-                        x + (long long)t * in + (long long)c * U * GROUP + part * (U / PARTS) * GROUP, XSEG / PARTS, full);
+                        x + (long long)t * in + k0 + (long long)c * U * GROUP + part * (U / PARTS) * GROUP, XSEG / PARTS, full);
         }
         tl.finish(lane);
         return;
@@ -701,7 +760,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const int grp = it >> 1, half = it & 1;
             const int r = valid ? grp / groups : 0, gi = valid ? grp - r * groups : 0;
             constexpr int HB = GROUP / 16;                     // blocks of 8 values per half group
-            const u16* src = x + (long long)r * in + gi * GROUP + half * (GROUP / 2);
+            const u16* src = x + (long long)r * in + k0 + gi * GROUP + half * (GROUP / 2);
             kc_u4 blk[HB];
             float mx = 0.f, E = 0.f, O = 0.f;
 #pragma unroll
@@ -785,7 +844,8 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     const int sgi = warp / WK, sub = warp % WK;
     for (int i = sgi; i < nstages; i += SG) {
         const int s = i % NS;
-        const int k = i / nch, c = i - k * nch;
+        int k, c;
+        kc_stage(i, nch, my_tiles, k, c);
         const unsigned char* slot = smem + s * STAGE;
         const u16* sc = reinterpret_cast<const u16*>(slot + SOFF + (NSBUF > 1 ? ((i / NS) & 1) * SBUF : 0));
         // With PARTS > 1 each part but the last is released as soon as it
@@ -969,11 +1029,34 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         // another tile (or none): acc[m][n][e] is tile row 16m+pg+8(e>>1), token
         // 8n+2tig+(e&1). Until then the slot is released at once.
         ++held;
-        if (i + SG < nstages && (i + SG) / nch == k) {
+        int knext = -1, cnext;
+        if (i + SG < nstages) kc_stage(i + SG, nch, my_tiles, knext, cnext);
+        if (knext == k) {
             __syncwarp();
             if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
             continue;
         }
+#if SPLITK
+        // The warp's sums over its chunks of the tile go into the workspace
+        // (the other chunks' sums, and the other slices', are added there too).
+        {
+            const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
+            kc_each_sum(acc, pg, tig, min(tokens, XT), [&](int j, float v) {
+                const int tok = j / TR, row = row0 + j - tok * TR;
+                if (row < out) kc_store(y, bias, out, tok, row, v);
+            });
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+            held = 0;
+            __syncwarp();
+            if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
+            continue;
+        }
+#endif
 #if ENDR
         if (endr && i + SG >= nstages) {   // the warp's last chunk: its sums are added in at the end (below)
             __syncwarp();
@@ -1006,12 +1089,9 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const int ntok = min(tokens, XT);
             for (int j = lane; j < ntok * TR; j += 32) {
                 const int tok = j / TR, r = j - tok * TR, row = row0 + r;
-                float v = tred[j];
+                const float v = tred[j];
                 tred[j] = 0.f;
-                if (row < out) {
-                    if (bias != nullptr) v += kc_bf16(kc_ldh(bias + row));
-                    y[(long long)tok * out + row] = kc_to_bf16(v);
-                }
+                if (row < out) kc_store(y, bias, out, tok, row, v);
             }
             if (lane == 0) cnt[b] = 0;
             __syncwarp();
@@ -1045,11 +1125,47 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         float v = 0.f;
 #pragma unroll
         for (int w = 0; w < CW; ++w) v += fins[(w * XT + tok) * TR + r];
-        if (row < out) {
-            if (bias != nullptr) v += kc_bf16(kc_ldh(bias + row));
-            y[(long long)tok * out + row] = kc_to_bf16(v);
-        }
+        if (row < out) kc_store(y, bias, out, tok, row, v);
     }
 #endif
     tl.finish(lane);
+}
+
+// SPLIT K: the two kernels around a SPLITK launch. Both take early start:
+// each waits for the grid ahead before it touches memory (the clear, so
+// that it cannot zero the workspace while the previous call's finish still
+// reads it, and so that a wait on it also covers the kernel that writes x).
+
+// part[0..n) = 0, n a multiple of 4 (the workspace: [tokens][out] floats,
+// out % 8 == 0). Any grid.
+extern "C" __global__ void affine_bulk_clear(float* __restrict__ part, int n)
+{
+    kc_grid_release();
+    part = reinterpret_cast<float*>(const_cast<u16*>(kc_grid_wait_for(reinterpret_cast<const u16*>(part))));
+    float4* p4 = reinterpret_cast<float4*>(part);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += gridDim.x * blockDim.x)
+        p4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// y[t][o] = bf16(part[t][o] + bias[o]) (RNE; bias may be null), four
+// outputs per thread. Any grid.
+extern "C" __global__ void affine_bulk_finish(const float* __restrict__ part, const u16* __restrict__ bias,
+                                              u16* __restrict__ y, int tokens, int out)
+{
+    kc_grid_release();
+    part = reinterpret_cast<const float*>(kc_grid_wait_for(reinterpret_cast<const u16*>(part)));
+    const int n4 = tokens * out / 4;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
+        float4 v;
+        asm("ld.global.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(part + 4 * i));
+        const int row = (4 * i) % out;
+        if (bias != nullptr) {
+            v.x += kc_bf16(kc_ldh(bias + row)); v.y += kc_bf16(kc_ldh(bias + row + 1));
+            v.z += kc_bf16(kc_ldh(bias + row + 2)); v.w += kc_bf16(kc_ldh(bias + row + 3));
+        }
+        uint2 o;
+        o.x = (u32)kc_to_bf16(v.x) | ((u32)kc_to_bf16(v.y) << 16);
+        o.y = (u32)kc_to_bf16(v.z) | ((u32)kc_to_bf16(v.w) << 16);
+        *reinterpret_cast<uint2*>(y + 4 * i) = o;
+    }
 }

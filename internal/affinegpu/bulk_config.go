@@ -1,4 +1,4 @@
-package main
+package affinegpu
 
 import (
 	"fmt"
@@ -7,12 +7,11 @@ import (
 	"github.com/kcand/kcand/sdk"
 )
 
-// bulkConfig is one variant of kernels/bulk.cu (its -D macros). The choice
-// mirrors bulk_config in scripts/affine_kernels.py for 1 to 8 tokens (the
-// harness also sizes 9 to 16, which no candidate serves), where the
-// variants were timed; the kernel's header states the rule and the
-// shared-memory sizes.
-type bulkConfig struct {
+// BulkConfig is one variant of kernels/bulk.cu (its -D macros) and its K
+// slices. The choice mirrors bulk_config in scripts/affine_kernels.py,
+// where the variants were timed; the kernel's header states the rule and
+// the shared-memory sizes.
+type BulkConfig struct {
 	Bits, Group int
 	MT          int  // 16-row m-tiles per tile
 	CW          int  // consumer warps (and one producer warp per part)
@@ -22,6 +21,7 @@ type bulkConfig struct {
 	XT          int  // token rows of x (the token count)
 	FP16        bool // fp16 operands, x converted once per block and kept resident
 	Parts       int  // copies per stage, each released once used (1, 2 or 4)
+	KS          int  // K slices (0: none; above 1 SPLITK): blockIdx.y takes in/KS inputs, the sums meet in a float workspace
 }
 
 // The bulk rule's constants: 512 packed bytes of each row per stage (256
@@ -41,27 +41,68 @@ const (
 	// the fewest stages its block must then take.
 	bulkMinWarpsAbove  = 4
 	bulkMinStagesAbove = 4
+	// BulkMaxTokens is the most tokens the kernel takes; above
+	// bulkSplitTokens it slices K, each slice's fp16 x at most
+	// bulkMaxSliceX bytes so that the ring keeps its room.
+	BulkMaxTokens   = 16
+	bulkSplitTokens = 8
+	bulkMaxSliceX   = 64 << 10
 )
 
-// chooseBulk picks the bulk variant for req on a GPU with sms
+// ChooseBulk picks the bulk variant for req on a GPU with sms
 // multiprocessors and maxShared bytes of shared memory per block, or says
-// why the kernel does not serve req.
-func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
+// why the kernel does not serve req. Up to 8 tokens a block takes all the
+// inputs; above, at 4 bits, K slices (bulkSplits) with fp16 operands.
+func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	if bits != 4 && bits != 8 {
-		return bulkConfig{}, fmt.Sprintf("the bulk kernel unpacks 4 and 8 bits, not %d", bits)
+		return BulkConfig{}, fmt.Sprintf("the bulk kernel unpacks 4 and 8 bits, not %d", bits)
 	}
-	if req.Tokens < 1 || req.Tokens > 8 {
-		return bulkConfig{}, fmt.Sprintf("the bulk kernel serves 1 to 8 tokens, not %d", req.Tokens)
+	if req.Tokens < 1 || req.Tokens > BulkMaxTokens {
+		return BulkConfig{}, fmt.Sprintf("the bulk kernel serves 1 to %d tokens, not %d", BulkMaxTokens, req.Tokens)
 	}
-	fp16 := bulkFP16(req)
-	cfg, why := chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, max(sms, 1), true, fp16)/16)
+	ks := 1
+	if req.Tokens > bulkSplitTokens {
+		if bits != 4 {
+			return BulkConfig{}, fmt.Sprintf("above %d tokens the bulk kernel slices K with fp16 operands, which need 4 bits, not %d", bulkSplitTokens, bits)
+		}
+		if ks = bulkSplits(req, sms); ks == 0 {
+			return BulkConfig{}, fmt.Sprintf("in_features=%d does not split into slices of whole 8-group stages whose x fits %d bytes", req.InFeatures, bulkMaxSliceX)
+		}
+	}
+	g := max(sms/ks, 1) // blocks per slice
+	fp16 := bulkFP16(req, ks)
+	// No 64-row tiles in slices (twelfth session, 16 tokens, 4096->14336:
+	// 22.7-25.1 us against 32-row tiles' 19.8).
+	cfg, why := chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, ks == 1, fp16)/16, ks)
 	if why == "" && cfg.MT == 4 && cfg.CW < bulkWarps {
 		// 64-row tiles only where eight warps' stages fit; else the
 		// narrower tiles' rule.
-		return chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, max(sms, 1), false, fp16)/16)
+		return chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, false, fp16)/16, ks)
 	}
 	return cfg, why
+}
+
+// bulkSplits is the K slices above bulkSplitTokens tokens (0: none fit):
+// of the slice counts whose slices are whole stages of 8 groups and whose
+// fp16 x is at most bulkMaxSliceX bytes, the one that leaves the fewest
+// multiprocessors idle (sms/ks blocks per slice), and of those the most
+// slices. Twelfth session, 16 tokens, us: 4096->14336 19.8 in 4 slices
+// against 21.1 in 2; 4096x4096 8.6 against 9.7; 14336->4096 20.5 in 14
+// against 21.1 in 7; 28672->8192 60.9 in 14 against 68.7 in 28 (112
+// blocks); 8192->28672 60.8 in 4, 60.9 in 8.
+func bulkSplits(req sdk.Request, sms int) int {
+	best, used := 0, -1
+	step := 8 * req.Weight.GroupSize
+	for ks := 2; ks*step <= req.InFeatures; ks++ {
+		if req.InFeatures%(ks*step) != 0 || 2*req.Tokens*(req.InFeatures/ks) > bulkMaxSliceX {
+			continue
+		}
+		if u := max(sms/ks, 1) * ks; u >= used {
+			best, used = ks, u
+		}
+	}
+	return best
 }
 
 // chooseBulkTiles is chooseBulk with the tile's m-tiles (mt) given. Its
@@ -78,21 +119,21 @@ func chooseBulk(req sdk.Request, sms, maxShared int) (bulkConfig, string) {
 // 5.0 against 4.8; with one tile per block 4608->4096 in groups of 32 took
 // 8.2 with 48 groups and four warps against 6.4 with 16 and eight; and
 // 64-row tiles were not measured with larger stages.
-func chooseBulkTiles(req sdk.Request, sms, maxShared, mt int) (bulkConfig, string) {
+func chooseBulkTiles(req sdk.Request, sms, maxShared, mt, ks int) (BulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	segment := bulkSegment
-	if mt == 4 {
-		segment = bulkWideSegment
+	if mt == 4 || req.Tokens > bulkSplitTokens && !bulkFP16(req, ks) {
+		segment = bulkWideSegment // (x staged with each stage outweighs the weights above 8 tokens)
 	}
-	groups := req.InFeatures / group
+	groups := req.InFeatures / ks / group
 	fit, above, below := bulkStageGroups(groups, group*bits/8, segment)
-	tilesPerBlock := ceilDiv(ceilDiv(req.OutFeatures, 16*mt), sms)
+	tilesPerBlock := ceilDiv(ceilDiv(req.OutFeatures, 16*mt), max(sms/ks, 1))
 	if mt == 4 || tilesPerBlock < 2 {
 		above = nil
 	}
 	why := fmt.Sprintf("in_features/group_size=%d groups do not split into stages of 8 to 64 groups", groups)
 	for _, u := range slices.Concat(fit, above, below) {
-		cfg, w := chooseBulkStages(req, sms, maxShared, mt, u)
+		cfg, w := chooseBulkStages(req, sms, maxShared, mt, u, ks)
 		larger := slices.Contains(above, u)
 		if w == "" && (!larger || cfg.CW >= bulkMinWarpsAbove && tilesPerBlock*(groups/u) >= bulkMinStagesAbove) {
 			return cfg, ""
@@ -101,20 +142,24 @@ func chooseBulkTiles(req sdk.Request, sms, maxShared, mt int) (bulkConfig, strin
 			why = w
 		}
 	}
-	return bulkConfig{}, why
+	return BulkConfig{}, why
 }
 
-// bulkFP16 says whether the bulk kernel takes fp16 operands for req (x
-// converted once per block and kept resident): at 4 bits, up to
-// bulkMaxFP16In input features.
-func bulkFP16(req sdk.Request) bool {
-	return req.Weight.Bits == 4 && req.InFeatures <= bulkMaxFP16In
+// bulkFP16 says whether the bulk kernel takes fp16 operands for req in ks
+// K slices (x converted once per block and kept resident): at 4 bits, up
+// to bulkMaxFP16In input features per block, and above bulkSplitTokens
+// tokens only in slices.
+func bulkFP16(req sdk.Request, ks int) bool {
+	return req.Weight.Bits == 4 && req.InFeatures/ks <= bulkMaxFP16In && (req.Tokens <= bulkSplitTokens || ks > 1)
 }
 
 // chooseBulkStages is chooseBulkTiles with the groups per stage (u) given.
-func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u int) (bulkConfig, string) {
+func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u, ks int) (BulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
-	cfg := bulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bulkFP16(req), Parts: 1, WK: 1}
+	cfg := BulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bulkFP16(req, ks), Parts: 1, WK: 1}
+	if ks > 1 {
+		cfg.KS = ks
+	}
 	// Stages in two parts when blocks take several tiles or tiles have 64
 	// rows (the refill of a stage's first half then overlaps the arithmetic
 	// of its second), and a stage halves into whole 128-byte lines; but
@@ -124,7 +169,7 @@ func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u int) (bulkConfig, s
 	// 34.0-34.1, 4096->28672 18.6-18.7 against 19.5-19.6, 3584->18944 14.9
 	// against 16.3). Without fp16 (x staged with each stage) two parts
 	// stay faster: 13824->5120 17.5 against 19.1-19.3.
-	if (ceilDiv(req.OutFeatures, 16*mt) > sms || mt == 4) && u*group*bits/8%256 == 0 && (!cfg.FP16 || mt == 4) {
+	if (ceilDiv(req.OutFeatures, 16*mt) > sms/ks || mt == 4) && u*group*bits/8%256 == 0 && (!cfg.FP16 || mt == 4) {
 		cfg.Parts = 2
 	}
 	// The most stages that fit, a multiple of the consumer warps; fewer
@@ -153,7 +198,7 @@ func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u int) (bulkConfig, s
 			return cfg, ""
 		}
 	}
-	return bulkConfig{}, fmt.Sprintf("no ring of stages fits %d bytes of shared memory", maxShared)
+	return BulkConfig{}, fmt.Sprintf("no ring of stages fits %d bytes of shared memory", maxShared)
 }
 
 // bulkTileRows is the rows of a tile for out output features on g
@@ -208,10 +253,12 @@ func bulkStageGroups(groups, groupBytes, segment int) (fit, above, below []int) 
 // sharedBytes is the launch's dynamic shared memory for in input features:
 // the ring's stages on 1024-byte boundaries (with two buffers of scales and
 // biases when a stage comes in parts), one accumulator per stage (a float
-// per row and token of up to 8*ceil(XT/8) tokens), the
-// counters and a pair of barriers per stage and part, the alignment slack,
-// and with FP16 the resident x and its per-group constants.
-func (c bulkConfig) sharedBytes(in int) int {
+// per row and token of up to 8*ceil(XT/8) tokens; none with K slices, whose
+// warps add into the workspace), the counters and a pair of barriers per
+// stage and part, the alignment slack, and with FP16 the resident x of a
+// block's in/KS inputs and their per-group constants.
+func (c BulkConfig) sharedBytes(in int) int {
+	in /= max(c.KS, 1)
 	tr := 16 * c.MT
 	seg := c.U * c.Group * c.Bits / 8
 	scaleBuffers := 1
@@ -226,11 +273,15 @@ func (c bulkConfig) sharedBytes(in int) int {
 		stage += c.XT * (2*c.U*c.Group + 16)
 	}
 	stage = ceilDiv(stage, 1024) * 1024
-	return c.NS*stage + c.NS*4*8*ceilDiv(c.XT, 8)*tr + ceilDiv(4*c.NS, 16)*16 + 16*c.NS*c.Parts + bulkSharedSlack + resident
+	red := c.NS * 4 * 8 * ceilDiv(c.XT, 8) * tr
+	if c.KS > 1 {
+		red = 0
+	}
+	return c.NS*stage + red + ceilDiv(4*c.NS, 16)*16 + 16*c.NS*c.Parts + bulkSharedSlack + resident
 }
 
 // defines are the kernel's -D macros.
-func (c bulkConfig) defines() map[string]int {
+func (c BulkConfig) Defines() map[string]int {
 	d := map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "CW": c.CW, "U": c.U, "NS": c.NS, "XT": c.XT}
 	if c.FP16 {
 		d["FP16"] = 1
@@ -241,25 +292,34 @@ func (c bulkConfig) defines() map[string]int {
 	if c.WK > 1 {
 		d["WK"] = c.WK
 	}
+	if c.KS > 1 {
+		d["SPLITK"] = 1
+	}
 	return d
 }
 
-// launch is the grid (one resident block per SM at most; blocks walk the
-// tiles), the block (CW consumer warps and a producer warp per part) and
-// the shared memory.
-func (c bulkConfig) launch(req sdk.Request, sms int) (grid, block [3]uint32, shared uint32) {
+// Launch is the grid (one resident block per SM at most; blocks walk the
+// tiles; with K slices sms/KS blocks per slice, blockIdx.y the slice), the
+// block (CW consumer warps and a producer warp per part) and the shared
+// memory.
+func (c BulkConfig) Launch(req sdk.Request, sms int) (grid, block [3]uint32, shared uint32) {
 	tiles := ceilDiv(req.OutFeatures, 16*c.MT)
-	grid = [3]uint32{uint32(min(tiles, max(sms, 1))), 1, 1}
+	ks := max(c.KS, 1)
+	grid = [3]uint32{uint32(min(tiles, max(sms/ks, 1))), uint32(ks), 1}
 	block = [3]uint32{uint32(32 * (c.CW + c.Parts)), 1, 1}
 	return grid, block, uint32(c.sharedBytes(req.InFeatures))
 }
 
-// describe names the variant for admission reasons and logs.
-func (c bulkConfig) describe() string {
+// Describe names the variant for admission reasons and logs.
+func (c BulkConfig) Describe() string {
 	operands := "bf16"
 	if c.FP16 {
 		operands = "fp16"
 	}
-	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps (%d per stage), %d stages of %d groups in %d part(s), %s operands",
-		c.Bits, c.Group, 16*c.MT, c.CW, c.WK, c.NS, c.U, c.Parts, operands)
+	slices := ""
+	if c.KS > 1 {
+		slices = fmt.Sprintf(", %d K slices", c.KS)
+	}
+	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps (%d per stage), %d stages of %d groups in %d part(s), %s operands%s",
+		c.Bits, c.Group, 16*c.MT, c.CW, c.WK, c.NS, c.U, c.Parts, operands, slices)
 }
