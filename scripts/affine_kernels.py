@@ -223,8 +223,10 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     take several tiles or tiles have 64 rows, but not in 16- and 32-row tiles with fp16
     operands; and fp16 operands with x resident at 4 bits
     when in_features <= 8192 and tokens <= 8 (beyond, converting x up front costs more than
-    it saves, or x does not fit). Above one token the kernel is correct but slower than the
-    stream kernel (ninth session: 16 tokens 95-150 us at the 132 MB shapes against 70).
+    it saves, or x does not fit). Above 8 tokens at 4 bits: K in slices (bulk_splits), fp16 x
+    resident per slice, no 64-row tiles, 512-byte row pieces (twelfth session, 16 tokens:
+    faster than the stream kernel at 4096->14336, 8192->28672 and 28672->8192; with all of K
+    per block, ninth session, 95-150 us at the 132 MB shapes against its 70).
 
     seg: packed bytes of each row per stage (U = want, seg / bytes per group rounded down to
     a multiple of 8, where that divides the row's groups; else, in 16- and 32-row tiles of
