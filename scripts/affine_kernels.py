@@ -269,7 +269,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
         t1, t2, t4 = -(-out_f // 16), -(-out_f // 32), -(-out_f // 64)
         # 64-row tiles only where 256-byte row pieces exist (4 bits, groups <= 64) and eight
         # warps' stages fit in them (else the narrower tiles' rule, below)
-        # (not with K slices: 16 tokens, 4096->14336, 22.7-25.1 us against 32-row tiles' 19.8)
+        # (not with K slices: 16 tokens, 4096->14336, 22.7-25.9 us against 32-row tiles' 19.8)
         if bits == 4 and group <= 64 and ks == 1 and -(-t4 // g) * 4 <= -(-t1 // g):
             c = bulk_config(bits, group, tokens, in_f, out_f, sms, 4, cw, seg, ns, bps, fp16, parts, wk, ks)
             if c is None or c["CW"] == cw:

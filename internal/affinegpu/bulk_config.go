@@ -73,7 +73,7 @@ func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 	g := max(sms/ks, 1) // blocks per slice
 	fp16 := bulkFP16(req, ks)
 	// No 64-row tiles in slices (twelfth session, 16 tokens, 4096->14336:
-	// 22.7-25.1 us against 32-row tiles' 19.8).
+	// 22.7-25.9 us against 32-row tiles' 19.8).
 	cfg, why := chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, ks == 1, fp16)/16, ks)
 	if why == "" && cfg.MT == 4 && cfg.CW < bulkWarps {
 		// 64-row tiles only where eight warps' stages fit; else the
