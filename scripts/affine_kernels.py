@@ -311,15 +311,15 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
 def bulk_splits(bits: int, group: int, tokens: int, in_f: int, sms: int | None = None) -> int:
     """K slices for affine_bulk: 1 up to 8 tokens (and at 8 bits); above, of the slice counts
     whose slices are whole stages of 8 groups and whose x (fp16, resident) is at most 64 KiB
-    (so that the ring keeps room), the one that leaves the fewest SMs idle (sms // ks blocks
-    per slice), and of those the most slices (twelfth session, 16 tokens: 4096->14336 19.8 us
+    (so that the ring keeps room), of at most sms slices, the one that leaves the fewest SMs
+    idle (sms // ks blocks per slice), and of those the most slices (twelfth session, 16 tokens: 4096->14336 19.8 us
     in 4 slices against 21.1 in 2; 14336->4096 20.5 in 14 against 21.1 in 7; 28672->8192 60.9
     in 14 against 68.7 in 28, which leaves 20 SMs idle); 0 where none fits (not served)."""
     if tokens <= 8 or bits != 4:
         return 1
     sms = sms or SMS
     best, used = 0, -1
-    for ks in range(2, in_f // (8 * group) + 1):
+    for ks in range(2, min(in_f // (8 * group), sms) + 1):
         if in_f % (ks * 8 * group) == 0 and 2 * tokens * (in_f // ks) <= 64 * 1024:
             u = max(1, sms // ks) * ks
             if u >= used:
@@ -793,7 +793,9 @@ def run_kernel(kind, wt, x, tokens, cfg=None):
     elif kind == "bulk":
         cfg = cfg or bulk_config(bits, group, tokens, in_f, out_f)
         y = torch.full((tokens, out_f), -1, dtype=torch.int16, device="cuda")   # 0xFFFF: bf16 NaN
-        bulk_tma_launcher(cfg, wt, x, y, tokens)()
+        run = bulk_tma_launcher(cfg, wt, x, y, tokens)
+        run()
+        run()   # back to back, with early start: a call must not see the last one's sums (SPLITK)
         return y.view(torch.bfloat16), cfg
     else:
         cfg = cfg or qmm_config(bits, group, tokens, in_f, out_f)

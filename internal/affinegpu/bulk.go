@@ -65,16 +65,16 @@ func PrepareBulk(env sdk.Env, req sdk.Request, weights sdk.Buffers, cfg BulkConf
 	steps := []gpukernel.Step{{Kernel: k, Launch: main}}
 	var workspace int64
 	if cfg.KS > 1 {
-		clear, err := k.Sibling(bulkClearEntry)
+		clearK, err := k.Sibling(bulkClearEntry)
 		if err != nil {
 			return nil, err
 		}
-		finish, err := k.Sibling(bulkFinishEntry)
+		finishK, err := k.Sibling(bulkFinishEntry)
 		if err != nil {
 			return nil, err
 		}
 		l := cfg.edgeLaunches(req, dev.Profile().Multiprocessors)
-		steps = []gpukernel.Step{{Kernel: clear, Launch: l.clear}, steps[0], {Kernel: finish, Launch: l.finish}}
+		steps = []gpukernel.Step{{Kernel: clearK, Launch: l.clear}, steps[0], {Kernel: finishK, Launch: l.finish}}
 		workspace = cfg.workspaceBytes(req)
 	}
 	p, err := NewPreparedSteps(req, weights, steps, workspace)

@@ -42,10 +42,10 @@ const (
 	bulkMinWarpsAbove  = 4
 	bulkMinStagesAbove = 4
 	// BulkMaxTokens is the most tokens the kernel takes; above
-	// bulkSplitTokens it slices K, each slice's fp16 x at most
+	// BulkSplitTokens it slices K, each slice's fp16 x at most
 	// bulkMaxSliceX bytes so that the ring keeps its room.
 	BulkMaxTokens   = 16
-	bulkSplitTokens = 8
+	BulkSplitTokens = 8
 	bulkMaxSliceX   = 64 << 10
 )
 
@@ -62,12 +62,12 @@ func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 		return BulkConfig{}, fmt.Sprintf("the bulk kernel serves 1 to %d tokens, not %d", BulkMaxTokens, req.Tokens)
 	}
 	ks := 1
-	if req.Tokens > bulkSplitTokens {
+	if req.Tokens > BulkSplitTokens {
 		if bits != 4 {
-			return BulkConfig{}, fmt.Sprintf("above %d tokens the bulk kernel slices K with fp16 operands, which need 4 bits, not %d", bulkSplitTokens, bits)
+			return BulkConfig{}, fmt.Sprintf("above %d tokens the bulk kernel slices K with fp16 operands, which need 4 bits, not %d", BulkSplitTokens, bits)
 		}
 		if ks = bulkSplits(req, sms); ks == 0 {
-			return BulkConfig{}, fmt.Sprintf("in_features=%d does not split into slices of whole 8-group stages whose x fits %d bytes", req.InFeatures, bulkMaxSliceX)
+			return BulkConfig{}, fmt.Sprintf("in_features=%d does not split into at most %d slices (one per multiprocessor) of whole 8-group stages whose x fits %d bytes", req.InFeatures, sms, bulkMaxSliceX)
 		}
 	}
 	g := max(sms/ks, 1) // blocks per slice
@@ -83,18 +83,18 @@ func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 	return cfg, why
 }
 
-// bulkSplits is the K slices above bulkSplitTokens tokens (0: none fit):
-// of the slice counts whose slices are whole stages of 8 groups and whose
-// fp16 x is at most bulkMaxSliceX bytes, the one that leaves the fewest
-// multiprocessors idle (sms/ks blocks per slice), and of those the most
-// slices. Twelfth session, 16 tokens, us: 4096->14336 19.8 in 4 slices
+// bulkSplits is the K slices above BulkSplitTokens tokens (0: none fit):
+// of the slice counts up to sms whose slices are whole stages of 8 groups
+// and whose fp16 x is at most bulkMaxSliceX bytes, the one that leaves the
+// fewest multiprocessors idle (sms/ks blocks per slice), and of those the
+// most slices. Twelfth session, 16 tokens, us: 4096->14336 19.8 in 4 slices
 // against 21.1 in 2; 4096x4096 8.6 against 9.7; 14336->4096 20.5 in 14
 // against 21.1 in 7; 28672->8192 60.9 in 14 against 68.7 in 28 (112
 // blocks); 8192->28672 60.8 in 4, 60.9 in 8.
 func bulkSplits(req sdk.Request, sms int) int {
 	best, used := 0, -1
 	step := 8 * req.Weight.GroupSize
-	for ks := 2; ks*step <= req.InFeatures; ks++ {
+	for ks := 2; ks*step <= req.InFeatures && ks <= sms; ks++ {
 		if req.InFeatures%(ks*step) != 0 || 2*req.Tokens*(req.InFeatures/ks) > bulkMaxSliceX {
 			continue
 		}
@@ -105,7 +105,7 @@ func bulkSplits(req sdk.Request, sms int) int {
 	return best
 }
 
-// chooseBulkTiles is chooseBulk with the tile's m-tiles (mt) given. Its
+// chooseBulkTiles is ChooseBulk with the tile's m-tiles (mt) given. Its
 // stages hold want groups (bulkStageGroups) where that divides the row's
 // groups. Else, in 16- and 32-row tiles of which blocks take several, they
 // hold the first larger size that leaves room for bulkMinWarpsAbove
@@ -122,7 +122,7 @@ func bulkSplits(req sdk.Request, sms int) int {
 func chooseBulkTiles(req sdk.Request, sms, maxShared, mt, ks int) (BulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	segment := bulkSegment
-	if mt == 4 || req.Tokens > bulkSplitTokens && !bulkFP16(req, ks) {
+	if mt == 4 || req.Tokens > BulkSplitTokens && !bulkFP16(req, ks) {
 		segment = bulkWideSegment // (x staged with each stage outweighs the weights above 8 tokens)
 	}
 	groups := req.InFeatures / ks / group
@@ -147,10 +147,10 @@ func chooseBulkTiles(req sdk.Request, sms, maxShared, mt, ks int) (BulkConfig, s
 
 // bulkFP16 says whether the bulk kernel takes fp16 operands for req in ks
 // K slices (x converted once per block and kept resident): at 4 bits, up
-// to bulkMaxFP16In input features per block, and above bulkSplitTokens
+// to bulkMaxFP16In input features per block, and above BulkSplitTokens
 // tokens only in slices.
 func bulkFP16(req sdk.Request, ks int) bool {
-	return req.Weight.Bits == 4 && req.InFeatures/ks <= bulkMaxFP16In && (req.Tokens <= bulkSplitTokens || ks > 1)
+	return req.Weight.Bits == 4 && req.InFeatures/ks <= bulkMaxFP16In && (req.Tokens <= BulkSplitTokens || ks > 1)
 }
 
 // chooseBulkStages is chooseBulkTiles with the groups per stage (u) given.
@@ -280,7 +280,7 @@ func (c BulkConfig) sharedBytes(in int) int {
 	return c.NS*stage + red + ceilDiv(4*c.NS, 16)*16 + 16*c.NS*c.Parts + bulkSharedSlack + resident
 }
 
-// defines are the kernel's -D macros.
+// Defines are the kernel's -D macros.
 func (c BulkConfig) Defines() map[string]int {
 	d := map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "CW": c.CW, "U": c.U, "NS": c.NS, "XT": c.XT}
 	if c.FP16 {

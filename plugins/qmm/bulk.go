@@ -16,9 +16,9 @@ import (
 // of shared memory with tensor copies, consumer warps only compute) with
 // K in slices, so that each block keeps its slice of x resident in fp16.
 // It serves 9 to 16 tokens of 4-bit weights. On the H200 at 16 tokens it
-// was faster than qmm/stream at 4096->14336, 8192->28672 and 28672->8192
-// and slower at 4096x4096 (bench/NOTES.md, twelfth session), so the host
-// times both.
+// was faster than qmm/stream at 4096->14336, 8192->28672 and 28672->8192,
+// level at 14336->4096 and slower at 4096x4096 (bench/NOTES.md, twelfth
+// session), so the host times both.
 type qmmBulk struct{}
 
 var _ sdk.Candidate = qmmBulk{}
@@ -41,15 +41,15 @@ func (qmmBulk) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 		return sdk.Admission{Reason: why}
 	}
 	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("small batch (%d < tokens=%d ≤ %d), %s",
-		streamMinTokens, req.Tokens, affinegpu.BulkMaxTokens, cfg.Describe())}
+		affinegpu.BulkSplitTokens, req.Tokens, affinegpu.BulkMaxTokens, cfg.Describe())}
 }
 
 // bulkAdmit picks the bulk variant for req on hw, or says why the
 // candidate does not serve it.
 func bulkAdmit(req sdk.Request, hw device.Profile) (affinegpu.BulkConfig, string) {
-	if hw.Kind == device.CUDA && (req.Tokens <= streamMinTokens || req.Tokens > affinegpu.BulkMaxTokens) {
-		why := fmt.Sprintf("serves %d to %d tokens, not %d", streamMinTokens+1, affinegpu.BulkMaxTokens, req.Tokens)
-		if req.Tokens <= streamMinTokens {
+	if hw.Kind == device.CUDA && (req.Tokens <= affinegpu.BulkSplitTokens || req.Tokens > affinegpu.BulkMaxTokens) {
+		why := fmt.Sprintf("serves %d to %d tokens, not %d", affinegpu.BulkSplitTokens+1, affinegpu.BulkMaxTokens, req.Tokens)
+		if req.Tokens <= affinegpu.BulkSplitTokens {
 			why += " (decode is the gemv plugin's)"
 		}
 		return affinegpu.BulkConfig{}, why

@@ -37,7 +37,8 @@
 // (tenth session: 128-row tiles with warps sharing stages did not change
 // that). Twelfth session: at 9 to 16 tokens with K in slices (SPLITK, fp16
 // x resident per slice) it is faster than the stream kernel at three of
-// the five benchmark shapes; there the arithmetic bounds it: at
+// the five benchmark shapes, level at 14336->4096 (20.5 against
+// 20.8-21.0 us) and slower at 4096^2; the arithmetic bounds it: at
 // 8192->28672 60.9 us, 42.4 with the consumers releasing stages unread
 // (KC_DIAG_NOMATH), 36.3 also without the adds into the workspace.
 //
@@ -165,23 +166,24 @@
 //   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
 //          where it is stuck and traps, so a hang becomes a launch error
 //          (under early start the first wait also covers the kernel ahead:
-//          the harness's correctness runs launch one kernel at a time)
+//          the harness's correctness runs launch one call at a time, and
+//          a call is one kernel, or with SPLITK three)
 //
 // LAUNCH (scripts/affine_kernels.py bulk_config / bulk_launch; the Go side
 // mirrors them)
 //   block = 32*(CW+PARTS) threads: CW consumer warps, then a producer warp
 //   per part
-//   grid = (min(tiles, BPS*SMs), 1, 1) (SPLITK: (min(tiles, SMs/KS), KS, 1),
+//   grid = (min(tiles, BPS*SMs), 1, 1) with tiles = ceil(out/TR) and BPS
+//   the resident blocks per SM the variant is sized for (1 unless asked):
+//   blocks stay resident and take tiles blockIdx.x, blockIdx.x + gridDim.x,
+//   ..., so any grid >= 1 is correct. SPLITK: (min(tiles, SMs/KS), KS, 1),
 //   with affine_bulk_clear(float* part, int n = tokens*out) before and
 //   affine_bulk_finish(const float* part, const bf16* bias, bf16* y, int
-//   tokens, int out) after, any grid, all three with early start) with tiles = ceil(out/TR) and BPS the
-//   resident blocks per SM the variant is sized for (1 unless asked):
-//   blocks stay resident and take tiles blockIdx.x, blockIdx.x + gridDim.x,
-//   ..., so any grid >= 1 is correct.
+//   tokens, int out) after (any grids), all three with early start.
 //   dynamic shared memory bytes (raise the function's maximum dynamic
-//   shared size to it) =
-//       NS*STAGE + NS*4*8*NT*TR + 16*ceil(4*NS/16) + 16*NS*PARTS + 1024
-//     + (FP16 ? XT*(2*in+16) + 16*XT*(in/GROUP) : 0)
+//   shared size to it), with kin = in/KS (in without SPLITK) =
+//       NS*STAGE + (SPLITK ? 0 : NS*4*8*NT*TR) + 16*ceil(4*NS/16) + 16*NS*PARTS + 1024
+//     + (FP16 ? XT*(2*kin+16) + 16*XT*(kin/GROUP) : 0)
 //   with STAGE = roundup(TR*SEG + B*4*TR*U + (FP16 ? 0 : XT*(2*U*GROUP+16)), 1024),
 //   B = 2 scale buffers when PARTS > 1, else 1.
 //   The 1024 is slack for the stages' alignment (see the note in the
@@ -189,19 +191,23 @@
 //
 // VARIANT CHOICE (scripts/affine_kernels.py: bulk_config)
 //   Served when BITS is 4 or 8, 1 <= tokens <= 16, in % GROUP == 0 and
-//   out % 8 == 0. Above 8 tokens at 4 bits, K in KS slices (bulk_splits):
-//   of the counts whose slices are whole 8-group stages and whose fp16 x is
-//   at most 64 KiB, the one that leaves the fewest SMs idle (SMs/KS blocks
-//   per slice), then the most slices; there no 64-row tiles, FP16 = 1 and
-//   512-byte row pieces, G = SMs/KS below. With W(r) = ceil(ceil(out/r)/G)*r/16 (G = BPS*SMs), the
-//   16-row m-tiles the busiest block takes in r-row tiles (all its waves):
+//   out % 8 == 0 (the Go rule, ChooseBulk, serves above 8 tokens only at 4
+//   bits, in slices; the harness also builds 8 bits there, unsliced, to
+//   test the kernel). Above 8 tokens at 4 bits, K in KS slices
+//   (bulk_splits): of the counts up to SMs whose slices are whole 8-group
+//   stages and whose fp16 x is at most 64 KiB, the one that leaves the
+//   fewest SMs idle (SMs/KS blocks per slice), then the most slices; there
+//   no 64-row tiles, FP16 = 1, 512-byte row pieces, and below kin = in/KS
+//   takes the place of in and G = SMs/KS that of BPS*SMs. With
+//   W(r) = ceil(ceil(out/r)/G)*r/16 (G = BPS*SMs), the 16-row m-tiles the
+//   busiest block takes in r-row tiles (all its waves):
 //   MT = 4 if BITS == 4, GROUP <= 64
 //   and W(64) <= W(16), and eight consumer warps' stages fit (below); else
 //   2 if W(32) <= W(16), or with FP16 if 3*W(32) <= 4*W(16) (eleventh
 //   session: 4096->14336 11.6 us in 32-row tiles against 13.4 in 16-row
 //   ones); else 1. U: with
 //   want = max(8, floor(P/(GROUP*BITS/8)/8)*8) for row pieces of P = 256
-//   bytes (MT = 4 or tokens > 8) or 512: want where it divides in/GROUP
+//   bytes (MT = 4, or tokens > 8 without FP16) or 512: want where it divides in/GROUP
 //   (and a ring fits). Else, where MT < 4 and blocks take several tiles
 //   (ceil(out/TR) > G), the next multiple of 8 above it, up to 64, that
 //   divides in/GROUP, leaves room for at least four consumer warps (below)
@@ -213,7 +219,7 @@
 //   7.0 against 5.5, and with one tile per block 4608->4096 in g32, 48
 //   groups and four warps, 8.2 against 16 and eight, 6.4.
 //   CW = 8; XT = tokens; FP16 = 1 when
-//   BITS == 4, in <= 8192 and tokens <= 8. PARTS = 2 when ceil(out/TR) > G
+//   BITS == 4, in <= 8192 and tokens <= 8, or in slices. PARTS = 2 when ceil(out/TR) > G
 //   (blocks take several tiles) or MT = 4, and SEG % 256 == 0, but not
 //   with FP16 in 16- and 32-row tiles; else 1 (32-row tiles one per
 //   block: 2 was 0.2-1 us slower; 4 is slower than 2; eleventh session,
@@ -233,7 +239,9 @@
 // METHOD
 //   A block walks its tiles in order, each in NCH = in/(U*GROUP) chunks of
 //   U groups; chunk c of the block's k-th tile is stage number
-//   i = k*NCH + c, held in ring slot i % NS and consumed by the WK warps
+//   i = k*NCH + c (with SPLITK in rounds of SG tiles instead: kc_stage, and
+//   the warps add their sums into the workspace, not through the shared
+//   accumulators below), held in ring slot i % NS and consumed by the WK warps
 //   of stage group i % SG.
 //   Lane 0 of the producer warp (of each part's) fills a slot once its
 //   previous use is released: SEG/128 weight boxes of [TR rows][128 bytes], the scale and
@@ -856,6 +864,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     // waiting for them at the end was slower (4096->14336: 12.6 against
     // 12.4 us).
     const bool endr = ENDR && nstages >= SG && (nstages - SG) / nch == my_tiles - 1;
+    (void)endr;   // (unused where ENDR is 0, as with SPLITK)
     const int sgi = warp / WK, sub = warp % WK;
     for (int i = sgi; i < nstages; i += SG) {
         const int s = i % NS;
@@ -1058,6 +1067,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         // The warp's sums over its chunks of the tile go into the workspace
         // (the other chunks' sums, and the other slices', are added there too).
         {
+            tl.flushing();
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             kc_each_sum(acc, pg, tig, min(tokens, XT), [&](int j, float v) {
                 const int tok = j / TR, row = row0 + j - tok * TR;
