@@ -131,7 +131,11 @@ func chooseBulkTiles(req sdk.Request, sms, maxShared, mt, ks int) (BulkConfig, s
 	if mt == 4 || tilesPerBlock < 2 {
 		above = nil
 	}
-	why := fmt.Sprintf("in_features/group_size=%d groups do not split into stages of 8 to 64 groups", groups)
+	what := "in_features/group_size"
+	if ks > 1 {
+		what = fmt.Sprintf("in_features/%d slices/group_size", ks)
+	}
+	why := fmt.Sprintf("%s=%d groups do not split into stages of 8 to 64 groups", what, groups)
 	for _, u := range slices.Concat(fit, above, below) {
 		cfg, w := chooseBulkStages(req, sms, maxShared, mt, u, ks)
 		larger := slices.Contains(above, u)

@@ -92,6 +92,7 @@
 //   out_features arrive as zeros.
 //   Buffers must be 16-byte aligned (tensor maps and bulk copies need it);
 //   out_features % 8 == 0; 1 <= tokens <= XT; in_features % (U*GROUP) == 0
+//   (with SPLITK, kin % (U*GROUP) == 0)
 //   (every copy is whole 16-byte pieces, and so are the row strides).
 //
 // MACROS (-D, all required unless a default is given)
