@@ -161,9 +161,13 @@
 //          (%globaltimer and clock64), the cycles it spent in barrier
 //          waits, how many waits and how many found their data there, when
 //          its first and last wait ended and when its last flush began
-//   KC_DIAG_NOMATH, KC_DIAG_NORED  (diagnostics; results are wrong) the
-//          consumers release each stage unread; with SPLITK, no adds into
-//          the workspace
+//   XCB    FP16: (token, half group) items of x each consumer thread loads
+//          at once when it converts x (default 1 up to 8 tokens, else 64
+//          loaded bytes: 8 in groups of 32, 4 of 64, 2 of 128)
+//   KC_DIAG_NOMATH, KC_DIAG_NORED, KC_DIAG_NOXCONV  (diagnostics; results
+//          are wrong) the consumers release each stage unread; with
+//          SPLITK, no adds into the workspace; with FP16, x is not
+//          converted
 //   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
 //          where it is stuck and traps, so a hang becomes a launch error
 //          (under early start the first wait also covers the kernel ahead:
@@ -403,6 +407,9 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #endif
 #ifndef ENDR
 #define ENDR 1    // 1: the last tile's shares are added at the block's end through the ring (below)
+#endif
+#ifndef XCB
+#define XCB (XT > 8 ? 256 / GROUP : 1)   // FP16: items of x whose loads fly together (below)
 #endif
 #ifndef SPLITK
 #define SPLITK 0  // 1: blockIdx.y takes a slice of the inputs and adds its sums into a float workspace (SPLIT K)
@@ -777,56 +784,83 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     {
         x = kc_grid_wait_for(x);   // x is the grid ahead's to write
         const int ntok = min(tokens, XT);
+#ifdef KC_DIAG_NOXCONV
+        const int items = 0;   // (diagnostics: x is not converted; results are wrong)
+#else
         const int items = 2 * groups * ntok;
-        for (int base = 0; base < items; base += 32 * CW) {   // uniform per warp: items is even
-            const int it = base + (int)threadIdx.x;
-            const bool valid = it < items;
-            const int grp = it >> 1, half = it & 1;
-            const int r = valid ? grp / groups : 0, gi = valid ? grp - r * groups : 0;
-            constexpr int HB = GROUP / 16;                     // blocks of 8 values per half group
-            const u16* src = x + (long long)r * in + k0 + gi * GROUP + half * (GROUP / 2);
-            kc_u4 blk[HB];
-            float mx = 0.f, E = 0.f, O = 0.f;
+#endif
+        // Each thread takes items base + b*32*CW + threadIdx.x, b < XB, and
+        // issues all their loads before it uses any: one trip to memory
+        // per XB items instead of one per item. Twelfth session, 16 tokens,
+        // where a block converts 16 x kin values (without the conversion
+        // at all, 8192->28672 took 56.3 us against 61.8), same call, two
+        // rounds, us, XCB 4 against 1: 8192->28672 59.6-60.0 against
+        // 61.6-61.8, 28672->8192 59.9-60.2 against 61.7-61.8, 4096->14336
+        // 19.5-19.7 against 20.2, 14336->4096 the same, 4096^2 9.1-9.2
+        // against 8.8-8.9.
+        constexpr int HB = GROUP / 16;                     // blocks of 8 values per half group
+        constexpr int XB = XCB;                             // items whose loads fly together
+        for (int base = 0; base < items; base += XB * 32 * CW) {   // uniform per block
+            kc_u4 blk[XB][HB];
 #pragma unroll
-            for (int q = 0; q < HB; ++q) {
-                if (valid) {
-                    asm("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"   // coherent: see kc_grid_wait_for
-                        : "=r"(blk[q].x), "=r"(blk[q].y), "=r"(blk[q].z), "=r"(blk[q].w) : "l"(src + 8 * q));
-                } else {
-                    blk[q] = kc_u4{0, 0, 0, 0};
-                }
-                const u32 w4[4] = {blk[q].x, blk[q].y, blk[q].z, blk[q].w};
-#pragma unroll
-                for (int h = 0; h < 4; ++h) {
-                    const float lo = kc_half(w4[h], 0), hi = kc_half(w4[h], 1);   // x[2h], x[2h+1]
-                    mx = fmaxf(mx, fmaxf(fabsf(lo), fabsf(hi)));
-                    E += lo;
-                    O += hi;
-                }
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-            E += __shfl_xor_sync(0xFFFFFFFFu, E, 1);
-            O += __shfl_xor_sync(0xFFFFFFFFu, O, 1);
-            // sigma = 2^e, the smallest power of two >= mx (1 for an all-zero group).
-            const u32 mb = __float_as_uint(mx);
-            const int e = mx == 0.f ? 0 : (int)((mb >> 23) & 0xFF) - 127 + ((mb & 0x7FFFFF) != 0);
-            const float sigma = __uint_as_float((u32)(127 + e) << 23), inv = __uint_as_float((u32)(127 - e) << 23);
-            if (valid) {
-                kc_u4* dst = reinterpret_cast<kc_u4*>(xres + r * xrstride + (gi * GROUP + half * (GROUP / 2)) * 2);
+            for (int b = 0; b < XB; ++b) {
+                const int it = base + b * 32 * CW + (int)threadIdx.x;
+                const bool valid = it < items;
+                const int grp = it >> 1, half = it & 1;
+                const int r = valid ? grp / groups : 0, gi = valid ? grp - r * groups : 0;
+                const u16* src = x + (long long)r * in + k0 + gi * GROUP + half * (GROUP / 2);
 #pragma unroll
                 for (int q = 0; q < HB; ++q) {
-                    const u32 w4[4] = {blk[q].x, blk[q].y, blk[q].z, blk[q].w};
-                    float v[8];
-#pragma unroll
-                    for (int h = 0; h < 4; ++h) { v[2 * h] = kc_half(w4[h], 0) * inv; v[2 * h + 1] = kc_half(w4[h], 1) * inv; }
-                    kc_u4 o;
-                    o.x = kc_f16x2(v[0], v[4]);
-                    o.y = kc_f16x2(v[1] * 0.0625f, v[5] * 0.0625f);
-                    o.z = kc_f16x2(v[2], v[6]);
-                    o.w = kc_f16x2(v[3] * 0.0625f, v[7] * 0.0625f);
-                    dst[q] = o;
+                    if (valid) {
+                        asm("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"   // coherent: see kc_grid_wait_for
+                            : "=r"(blk[b][q].x), "=r"(blk[b][q].y), "=r"(blk[b][q].z), "=r"(blk[b][q].w) : "l"(src + 8 * q));
+                    } else {
+                        blk[b][q] = kc_u4{0, 0, 0, 0};
+                    }
                 }
-                if (half == 0) xcon[gi * XT + r] = make_float4(sigma, 1024.f * E + 64.f * O, E + O, 0.f);
+            }
+#pragma unroll
+            for (int b = 0; b < XB; ++b) {   // lanes 2k and 2k+1 hold the halves of one (token, group): items is even
+                const int it = base + b * 32 * CW + (int)threadIdx.x;
+                const bool valid = it < items;
+                const int grp = it >> 1, half = it & 1;
+                const int r = valid ? grp / groups : 0, gi = valid ? grp - r * groups : 0;
+                float mx = 0.f, E = 0.f, O = 0.f;
+#pragma unroll
+                for (int q = 0; q < HB; ++q) {
+                    const u32 w4[4] = {blk[b][q].x, blk[b][q].y, blk[b][q].z, blk[b][q].w};
+#pragma unroll
+                    for (int h = 0; h < 4; ++h) {
+                        const float lo = kc_half(w4[h], 0), hi = kc_half(w4[h], 1);   // x[2h], x[2h+1]
+                        mx = fmaxf(mx, fmaxf(fabsf(lo), fabsf(hi)));
+                        E += lo;
+                        O += hi;
+                    }
+                }
+                mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+                E += __shfl_xor_sync(0xFFFFFFFFu, E, 1);
+                O += __shfl_xor_sync(0xFFFFFFFFu, O, 1);
+                // sigma = 2^e, the smallest power of two >= mx (1 for an all-zero group).
+                const u32 mb = __float_as_uint(mx);
+                const int e = mx == 0.f ? 0 : (int)((mb >> 23) & 0xFF) - 127 + ((mb & 0x7FFFFF) != 0);
+                const float sigma = __uint_as_float((u32)(127 + e) << 23), inv = __uint_as_float((u32)(127 - e) << 23);
+                if (valid) {
+                    kc_u4* dst = reinterpret_cast<kc_u4*>(xres + r * xrstride + (gi * GROUP + half * (GROUP / 2)) * 2);
+#pragma unroll
+                    for (int q = 0; q < HB; ++q) {
+                        const u32 w4[4] = {blk[b][q].x, blk[b][q].y, blk[b][q].z, blk[b][q].w};
+                        float v[8];
+#pragma unroll
+                        for (int h = 0; h < 4; ++h) { v[2 * h] = kc_half(w4[h], 0) * inv; v[2 * h + 1] = kc_half(w4[h], 1) * inv; }
+                        kc_u4 o;
+                        o.x = kc_f16x2(v[0], v[4]);
+                        o.y = kc_f16x2(v[1] * 0.0625f, v[5] * 0.0625f);
+                        o.z = kc_f16x2(v[2], v[6]);
+                        o.w = kc_f16x2(v[3] * 0.0625f, v[7] * 0.0625f);
+                        dst[q] = o;
+                    }
+                    if (half == 0) xcon[gi * XT + r] = make_float4(sigma, 1024.f * E + 64.f * O, E + O, 0.f);
+                }
             }
         }
         asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");   // the consumer warps only
