@@ -54,10 +54,11 @@
 // w then unpacks with one shift and four lop3 into fp16 pairs 1024 + v
 // (nibbles 0, 4, 2, 6) and 1024 + 16v (nibbles 1, 5, 3, 7), which meet
 // those x pairs in an fp16 mma; per group
-// and token the kernel keeps sigma, 1024*E + 64*O and E + O (E, O: sums of
-// x over the even and odd positions of each 8), and folds
-//   acc += s*sigma*t - s*(1024E + 64O) + b*(E + O),
-// so no x-sum mma and no x permutes remain in the loop.
+// and token the kernel keeps sigma, -(1024*E + 64*O) and E + O (E, O: sums
+// of x over the even and odd positions of each 8), and folds
+//   acc += s*(sigma*t - (1024E + 64O)) + b*(E + O)
+// in three fused multiply-adds (FOLD3), so no x-sum mma and no x permutes
+// remain in the loop.
 //
 // Compiled at run time by NVRTC for sm_90 (cp.async.bulk, tensor copies
 // and mbarrier transaction counts). The file compiles standalone: no
@@ -161,6 +162,15 @@
 //          (%globaltimer and clock64), the cycles it spent in barrier
 //          waits, how many waits and how many found their data there, when
 //          its first and last wait ended and when its last flush began
+//   FOLD3  FP16, 1 (default) or 0: the fold as s*(sigma*t - (1024E + 64O))
+//          + b*(E + O), three fused multiply-adds per sum, with the
+//          constant stored negated; 0: s*sigma*t - s*(1024E + 64O) +
+//          b*(E + O), a multiply and three. Twelfth session, same call,
+//          two rounds, us, 1 against 0, 16 tokens: 8192->28672 57.1 / 56.5
+//          against 59.7 / 59.7, 28672->8192 57.5 / 57.5 against 59.8 /
+//          59.8, 4096->14336 19.5 / 19.5 against 19.7 / 19.6, 14336->4096
+//          20.5 / 20.6 against 20.8 / 20.8, 4096^2 9.0 / 9.1 against 9.1 /
+//          9.1; one token within 0.1 (8192->28672 32.8 against 32.9-33.3)
 //   XCB    FP16: (token, half group) items of x each consumer thread loads
 //          at once when it converts x (default 1 up to 8 tokens, else 64
 //          loaded bytes: 8 in groups of 32, 4 of 64, 2 of 128)
@@ -407,6 +417,9 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #endif
 #ifndef ENDR
 #define ENDR 1    // 1: the last tile's shares are added at the block's end through the ring (below)
+#endif
+#ifndef FOLD3
+#define FOLD3 1   // FP16: the fold in three fused multiply-adds per sum (below)
 #endif
 #ifndef XCB
 #define XCB (XT > 8 ? 256 / GROUP : 1)   // FP16: items of x whose loads fly together (below)
@@ -859,7 +872,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                         o.w = kc_f16x2(v[3] * 0.0625f, v[7] * 0.0625f);
                         dst[q] = o;
                     }
-                    if (half == 0) xcon[gi * XT + r] = make_float4(sigma, 1024.f * E + 64.f * O, E + O, 0.f);
+                    if (half == 0) xcon[gi * XT + r] = make_float4(sigma, (FOLD3 ? -1.f : 1.f) * (1024.f * E + 64.f * O), E + O, 0.f);
                 }
             }
         }
@@ -1039,7 +1052,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                     }
                 }
 #if FP16
-                // Fold: acc += s*sigma*t - s*(1024E + 64O) + b*(E + O), rows g
+                // Fold: acc += s*(sigma*t - (1024E + 64O)) + b*(E + O), rows g
                 // (e = 0, 1) and g+8 (e = 2, 3) of the mma, tile rows pg and pg+8; token
                 // columns 8n+2tig, 8n+2tig+1.
 #pragma unroll
@@ -1052,12 +1065,22 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                         const u32* sw = reinterpret_cast<const u32*>(sc) + uh;
                         const float s0 = kc_half(sw[r0 * (SSTRIDE / 4)], uo), s1 = kc_half(sw[r1 * (SSTRIDE / 4)], uo);
                         const float b0 = kc_half(sw[(TR + r0) * (SSTRIDE / 4)], uo), b1 = kc_half(sw[(TR + r1) * (SSTRIDE / 4)], uo);
+#if FOLD3
+                        // acc += s*(sigma*t - (1024E + 64O)) + b*(E + O), xc.y holding -(1024E + 64O)
+                        acc[m][n][0] = fmaf(s0, fmaf(xc0.x, t[m][n][0], xc0.y), fmaf(b0, xc0.z, acc[m][n][0]));
+                        acc[m][n][2] = fmaf(s1, fmaf(xc0.x, t[m][n][2], xc0.y), fmaf(b1, xc0.z, acc[m][n][2]));
+                        if (XT > 8 * n + 1) {   // odd token columns: none at one token
+                            acc[m][n][1] = fmaf(s0, fmaf(xc1.x, t[m][n][1], xc1.y), fmaf(b0, xc1.z, acc[m][n][1]));
+                            acc[m][n][3] = fmaf(s1, fmaf(xc1.x, t[m][n][3], xc1.y), fmaf(b1, xc1.z, acc[m][n][3]));
+                        }
+#else
                         acc[m][n][0] = fmaf(s0 * xc0.x, t[m][n][0], fmaf(b0, xc0.z, fmaf(-s0, xc0.y, acc[m][n][0])));
                         acc[m][n][2] = fmaf(s1 * xc0.x, t[m][n][2], fmaf(b1, xc0.z, fmaf(-s1, xc0.y, acc[m][n][2])));
                         if (XT > 8 * n + 1) {   // odd token columns: none at one token
                             acc[m][n][1] = fmaf(s0 * xc1.x, t[m][n][1], fmaf(b0, xc1.z, fmaf(-s0, xc1.y, acc[m][n][1])));
                             acc[m][n][3] = fmaf(s1 * xc1.x, t[m][n][3], fmaf(b1, xc1.z, fmaf(-s1, xc1.y, acc[m][n][3])));
                         }
+#endif
                     }
                 }
                 continue;
