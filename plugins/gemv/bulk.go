@@ -11,9 +11,9 @@ import (
 	"github.com/kcand/kcand/sdk/family/affine"
 )
 
-// gemvBulk is the third decode candidate: internal/affinegpu/kernels/bulk.cu, in which
-// producer warps feed a block-wide ring of shared memory with Hopper tensor
-// copies (TMA) and the other warps only compute. It needs compute
+// gemvBulk is the third decode candidate: internal/affinegpu/kernels/bulk.cu,
+// in which producer warps feed a block-wide ring of shared memory with
+// Hopper tensor copies (TMA) and the other warps only compute. It needs compute
 // capability 9.0 and tensor maps of the weights, which the host encodes at
 // bind time. It serves one token: at 4 and 8 tokens it was slower than
 // gemv/tensor-core on every shape measured (bench/NOTES.md, seventh and
