@@ -11,10 +11,11 @@ import (
 	"github.com/kcand/kcand/sdk/family/affine"
 )
 
-// qmmBulk is QMM's small-batch candidate on Hopper: the gemv plugin's bulk
-// kernel (internal/affinegpu/kernels/bulk.cu: producer warps feed a ring
-// of shared memory with tensor copies, consumer warps only compute) with
-// K in slices, so that each block keeps its slice of x resident in fp16.
+// qmmBulk is QMM's small-batch candidate on Hopper: the bulk kernel behind
+// gemv/bulk (internal/affinegpu/kernels/bulk.cu: producer warps feed a
+// ring of shared memory with tensor copies, consumer warps only compute)
+// with K in slices, so that each block keeps its slice of x resident in
+// fp16.
 // It serves 9 to 16 tokens of 4-bit weights. On the H200 at 16 tokens it
 // was faster than qmm/stream at 4096->14336, 8192->28672 and 28672->8192,
 // level at 14336->4096 and slower at 4096x4096 (bench/NOTES.md, twelfth
