@@ -1318,36 +1318,43 @@ def sweep_configs(bits, group, t, in_f, out_f):
 # -----------------------------------------------------------------------------
 
 def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16, fsets: int = 0,
-              splits: int = 1, full: int = 0, sms: int = 0) -> dict:
+              splits: int = 1, full: int = 0, sms: int = 0, cluster: int = 0) -> dict:
     """A variant of wg.cu; the defaults are plugins/qmm/wgmma.go's wgMid
     (fsets 0 keeps the kernel's FSETS; splits > 1 splits K across blocks;
     full: leading tiles left whole, -1 for the plugin's rule, with a
     single token tile, of whole waves of `sms` (default the GPU's) unsplit
-    and the rest split)."""
+    and the rest split; cluster = splits: a tile's shares are one
+    thread-block cluster that sums them in shared memory, the CLUSTER
+    macro)."""
     cfg = dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _splits=splits, _full=full, _sms=sms,
                _arch="sm_90a")
     if fsets:
         cfg["FSETS"] = fsets
+    if cluster:
+        cfg["CLUSTER"] = cluster
     cfg.update(WG_OVER)
     return cfg
 
 
 def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
     """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go):
-    256-token tiles above 128 tokens, K split into the most of 4 or 2
-    shares that fit one wave (each at least 16 groups), or, past whole
-    waves of a single token tile, the whole waves unsplit and the last
-    partial wave's tiles split in the smallest of 2, 3 or 4 shares that
-    most shortens it; up to 128 tokens, 128-token tiles when those give
-    more than one block per two SMs, else 64-token tiles."""
+    256-token tiles above 128 tokens, K split in 2 shares when they fit one
+    wave (each at least 16 groups); where 4 shares would fit (each at least
+    16 groups), 64-row tiles in 2 shares summed within a cluster (wgPaired,
+    as many blocks); or, past whole waves of a single token tile, the whole
+    waves unsplit and the last partial wave's tiles split in the smallest
+    of 2, 3 or 4 shares that most shortens it; up to 128 tokens, 128-token
+    tiles when those give more than one block per two SMs, else 64-token
+    tiles."""
     sms = sms or SMS
     blocks = lambda bn: -(-out_f // 128) * -(-tokens // bn)
     groups = in_f // 64
     if tokens > 128:
         tiles = blocks(256)
         if tiles <= sms:
-            split = next((s for s in (4, 2) if tiles * s <= sms and groups >= 16 * s), 1)
-            return wg_config(256, 3, 2, 3, 16, 2, split)
+            if tiles * 4 <= sms and groups >= 64:
+                return wg_config(256, 4, 1, 3, 16, 2, 2, 0, 0, 2)   # wgPaired
+            return wg_config(256, 3, 2, 3, 16, 2, 2 if tiles * 2 <= sms and groups >= 32 else 1)
         rest, best = tiles % sms, (1, 1)   # (rounds, shares) of the tail
         if rest and tokens <= 256:
             for s in (2, 3, 4):
@@ -1366,11 +1373,15 @@ def wg_stage_bytes(cfg: dict) -> int:
     return 4 * cfg["BN"] * 32
 
 
+class WGNotServed(ValueError):
+    """A wg.cu variant that cannot run a request (a cluster's share without groups)."""
+
+
 def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: int) -> int:
     """The stages of x / sigma, one float sigma per padded token, then
-    (split K) the fp32 sums."""
+    (split K without a cluster) the fp32 sums."""
     tiles = -(-tokens // cfg["BN"])
-    sums = tokens * out_f * 4 if splits > 1 else 0
+    sums = tokens * out_f * 4 if splits > 1 and not cfg.get("CLUSTER") else 0
     return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4 + sums
 
 
@@ -1409,9 +1420,12 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
         splits = 1
     if splits == 1:
         full = 0
+    cluster = cfg.get("CLUSTER", 0)
+    if cluster and (splits != cluster or full % cluster or (in_f // 64 + 7) // 8 < cluster):
+        raise WGNotServed(f"CLUSTER {cluster}: splits {splits}, full {full}, {(in_f // 64 + 7) // 8} weight stages")
     row_first = full * 64 * cfg["WGS"]
     xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits), dtype=torch.uint8, device="cuda")
-    reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 else None
+    reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 and not cluster else None
     smem = wg_smem(cfg)
     xprep = get_kernel(WG_CU, cfg, 4 * in_f, name="affine_wg_xprep")
     main = get_kernel(WG_CU, cfg, smem)
@@ -1419,7 +1433,8 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     scales = wt.scales if scales is None else scales
     biases = wt.biases if biases is None else biases
     p = lambda t: np.uint64(t.data_ptr())
-    args_xprep = (p(x), p(xp), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(splits), np.int32(row_first))
+    args_xprep = (p(x), p(xp), np.int32(tokens), np.int32(in_f), np.int32(out_f),
+                  np.int32(1 if cluster else splits), np.int32(row_first))   # a cluster needs no cleared sums
     bias_p = np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0)
     args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(row_first))
     args_main = (p(xp), p(w), p(scales), p(biases),
@@ -1643,7 +1658,11 @@ def run_wg(quick: bool, bench: bool = True):
         ref = wt.reference(x)
         for cfg in cfgs:
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")
-            run, ws = wg_launch_fns(cfg, wt, x, y, t)
+            try:
+                run, ws = wg_launch_fns(cfg, wt, x, y, t)
+            except WGNotServed as e:
+                print(f"SKIP wg {in_f:5d}->{out_f:<5d} t={t:<4d} {e}", flush=True)
+                continue
             ws.fill_(0xFF)   # poison the workspace too: stages, scales and sums must all be written
             try:
                 run()
@@ -1660,7 +1679,7 @@ def run_wg(quick: bool, bench: bool = True):
             if not ok:
                 failed.add((variant_key(WG_CU, cfg), cfg["_splits"], cfg["_full"]))
             print(f"{'PASS' if ok else 'FAIL'} wg {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
-                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']} full={cfg['_full']}"
+                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']} full={cfg['_full']} C={cfg.get('CLUSTER', 0)}"
                   f"{f' x*2^{xe}' if xe else ''}  {detail}", flush=True)
         del wt
     if not WG_TIME_ALL:
@@ -1682,12 +1701,16 @@ def run_wg(quick: bool, bench: bool = True):
             y = torch.empty((t, out_f), device="cuda", dtype=torch.int16)
             for cfg in cfgs:
                 keep, fns = [], []
+                try:
+                    wg_launch_fns(cfg, wt, x, y, t)
+                except WGNotServed:
+                    continue
                 for (w, sc, bi) in qcopies:
                     run, ws = wg_launch_fns(cfg, wt, x, y, t, w, sc, bi)
                     keep.append(ws)
                     fns.append(run)
                 ts = time_launches(fns)
-                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')} S={cfg['_splits']} full={cfg['_full']}"
+                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')} S={cfg['_splits']} full={cfg['_full']} C={cfg.get('CLUSTER', 0)}"
                       f"{ts * 1e6:9.1f} {anchor / ts:7.2f}  {2 * t * in_f * out_f / ts / 1e12:6.0f} TFLOP/s"
                       f" (torch {2 * t * in_f * out_f / anchor / 1e12:4.0f})", flush=True)
         del qcopies, dense, wt
@@ -1726,7 +1749,7 @@ def main():
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
-    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS]]]],... (default: default_wg_configs())")
+    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS[:CLUSTER]]]]],... (default: default_wg_configs())")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     ap.add_argument("--no-pdl", action="store_true",
@@ -1793,7 +1816,7 @@ def main():
         ok = run_correctness(args.quick)
         if (not KERNELS or "wg" in KERNELS) and torch.cuda.get_device_capability(0) == (9, 0):
             WG_CONFIGS = [wg_choose(4096, 4096), wg_choose(256, 8192, in_f=4096), wg_choose(128, 14336),
-                          wg_choose(64, 4096),   # the variants the plugin runs
+                          wg_choose(64, 4096), wg_choose(256, 4096, in_f=4096),   # the variants the plugin runs
                           wg_config(256, 3, 2, 3, 16, 2, 4, -1, 6)]   # whole waves of 6 tiles, then split in 4
             ok = run_wg(args.quick, bench=False) and ok
     if args.only in (None, "bench"):

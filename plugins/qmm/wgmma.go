@@ -147,6 +147,10 @@ type wgConfig struct {
 	Band   int // row blocks per raster band
 	Splits int // blocks sharing a split tile along K (a launch setting, not a macro)
 	Full   int // leading tiles computed whole before the split ones (a launch setting)
+	// Cluster makes a split tile's Splits blocks one thread-block cluster
+	// that adds its shares in shared memory (the CLUSTER macro): no fp32
+	// sums in the workspace and no reduce launch.
+	Cluster bool
 }
 
 // The three variants QMM's Hopper candidate runs: 256-token tiles (the
@@ -155,15 +159,24 @@ type wgConfig struct {
 // 128 accumulators per thread, which leaves registers for two fragment
 // sets only.
 var (
-	wgWide   = wgConfig{BN: 256, Stages: 3, WGS: 2, AST: 3, FSets: 2, Band: 16, Splits: 1}
+	wgWide = wgConfig{BN: 256, Stages: 3, WGS: 2, AST: 3, FSets: 2, Band: 16, Splits: 1}
+	// wgPaired is for grids that four K shares of wgWide's tiles would
+	// leave within one wave: 64-row tiles (so twice the tiles) in two
+	// shares, each pair a cluster, as many blocks with no sums through
+	// memory; the x ring gets the shared memory a consumer warpgroup no
+	// longer needs for weights.
+	wgPaired = wgConfig{BN: 256, Stages: 4, WGS: 1, AST: 3, FSets: 2, Band: 16, Splits: 2, Cluster: true}
 	wgMid    = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16, Splits: 1}
 	wgNarrow = wgConfig{BN: 64, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16, Splits: 1}
 )
 
 // chooseWG picks 256-token tiles above 128 tokens, split along K into the
 // most of 2 or 4 shares that still fit one wave, each share at least two
-// weight stages (14336→4096 at 256 tokens: 32 blocks × 4; 4096→14336: 112
-// blocks, unsplit). When a single token tile's row blocks overrun whole
+// weight stages (4096→14336 at 256 tokens: 112 blocks, unsplit;
+// 28672→8192: 64 blocks × 2). Where 4 shares fit, it takes wgPaired
+// instead, 64-row tiles in 2 shares summed within a cluster, as many
+// blocks (14336→4096 at 256 tokens: 64 × 2; 4096²: 23.0–23.2 µs against
+// 28.4–29.1 for 32 × 4, 14336→4096 within 1 %). When a single token tile's row blocks overrun whole
 // waves, the whole waves stay unsplit and only the last partial wave's
 // tiles are split, so that they finish sooner (4096→18944 at 256 tokens:
 // 132 whole tiles, then 16 tiles × 4 shares, 1.25 tile times instead of 2,
@@ -180,11 +193,11 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 		c := wgWide
 		tiles, groups := blocks(c), req.InFeatures/64
 		if tiles <= sms {
-			for _, s := range []int{4, 2} {
-				if tiles*s <= sms && groups >= 16*s {
-					c.Splits = s
-					break
-				}
+			if tiles*4 <= sms && groups >= 16*4 {
+				return wgPaired
+			}
+			if tiles*2 <= sms && groups >= 16*2 {
+				c.Splits = 2
 			}
 			return c
 		}
@@ -210,8 +223,11 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 
 // variant is the kernel variant to compile: sm_90a, entry and macros.
 func (c wgConfig) variant() gpukernel.Variant {
-	return gpukernel.Variant{Entry: wgEntry, ArchSpecific: true,
-		Defines: map[string]int{"BN": c.BN, "STAGES": c.Stages, "WGS": c.WGS, "AST": c.AST, "FSETS": c.FSets}}
+	defines := map[string]int{"BN": c.BN, "STAGES": c.Stages, "WGS": c.WGS, "AST": c.AST, "FSETS": c.FSets}
+	if c.Cluster {
+		defines["CLUSTER"] = c.Splits
+	}
+	return gpukernel.Variant{Entry: wgEntry, ArchSpecific: true, Defines: defines}
 }
 
 // stageBytes is one group of x for a token tile: four k16 steps of the B
@@ -228,15 +244,20 @@ func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) 
 
 // workspaceBytes is the permuted copy of x, one stage per token tile and
 // group, then one float scale (sigma) per token of the padded tiles, then
-// with a split K the fp32 sums of y.
+// with a split K outside a cluster the fp32 sums of y.
 func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 	tiles := int64(c.tiles(req))
 	n := tiles*int64(req.InFeatures/64)*int64(c.stageBytes()) + tiles*int64(c.BN)*4
-	if c.Splits > 1 {
+	if c.sumsInMemory() {
 		n += int64(req.Tokens) * int64(req.OutFeatures) * 4
 	}
 	return n
 }
+
+// sumsInMemory says whether split tiles add their shares into fp32 sums
+// in the workspace, which xprep clears and the reduce kernel writes out
+// (a cluster adds them in shared memory instead).
+func (c wgConfig) sumsInMemory() bool { return c.Splits > 1 && !c.Cluster }
 
 // rowFirst is the first output row whose tiles are split: the split-K sums
 // and their reduction start there.
@@ -253,11 +274,11 @@ func (c wgConfig) mainBlocks(req sdk.Request) int {
 type wgLaunches struct {
 	xprep  gpukernel.Launch  // each token's power-of-two scale, x / scale in fp16 in the B layout, cleared sums
 	main   gpukernel.Launch  // the product
-	reduce *gpukernel.Launch // with a split K: y from the sums
+	reduce *gpukernel.Launch // with sums in memory: y from them
 }
 
-// launches are the xprep, main and (split K) reduce kernels' launches for
-// req.
+// launches are the xprep, main and (split K outside a cluster) reduce
+// kernels' launches for req.
 func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	tiles := c.tiles(req)
 	bias := gpukernel.NullPointer
@@ -267,11 +288,15 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	ws := sdk.BufferParam(sdk.BufferWorkspace)
 	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
 	splits, rowFirst := sdk.Int32Param(int32(c.Splits)), sdk.Int32Param(int32(c.rowFirst()))
+	clearSums := sdk.Int32Param(1) // xprep clears the sums when its splits argument is above 1
+	if c.sumsInMemory() {
+		clearSums = splits
+	}
 	var l wgLaunches
 	l.xprep = gpukernel.Launch{
 		Grid: [3]uint32{uint32(tiles * c.BN / wgXPrepTokens), 1, 1}, Block: [3]uint32{wgXPrepThreads, 1, 1},
 		SharedBytes: uint32(wgXPrepTokens * 2 * req.InFeatures),
-		Params:      []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, splits, rowFirst},
+		Params:      []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, clearSums, rowFirst},
 	}
 	// The main kernel and the reduction start early (programmatic
 	// dependent launch): the main kernel's weight copies and set-up
@@ -283,7 +308,7 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 		Params: []sdk.Param{ws, sdk.BufferParam(affine.Weight), sdk.BufferParam(affine.Scales), sdk.BufferParam(affine.Biases),
 			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band)), splits, sdk.Int32Param(int32(c.Full))},
 	}
-	if c.Splits > 1 {
+	if c.sumsInMemory() {
 		chunks := req.Tokens * ((req.OutFeatures - c.rowFirst()) / 8)
 		l.reduce = &gpukernel.Launch{
 			Grid: [3]uint32{uint32(min(ceilDiv(chunks, wgReduceThreads), wgReduceBlocks)), 1, 1}, Block: [3]uint32{wgReduceThreads, 1, 1},
@@ -296,5 +321,9 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 
 // describe names the variant for logs and admission reasons.
 func (c wgConfig) describe() string {
-	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d full=%d", c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, c.Full)
+	cluster := ""
+	if c.Cluster {
+		cluster = " in clusters"
+	}
+	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d", c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full)
 }

@@ -27,32 +27,41 @@ func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
 	assert.Contains(t, adm.Reason, "wgmma BN=256")
 }
 
-// The measured rule: 256-token tiles above 128 tokens, with K split in 4
-// or 2 when that still fits one wave, or, past whole waves of a single
+// The measured rule: 256-token tiles above 128 tokens, with K split in 2
+// when that still fits one wave, or, where 4 shares would fit, 64-row
+// tiles in 2 shares summed within a cluster; past whole waves of a single
 // token tile, only the last partial wave's tiles split; up to 128 tokens,
 // 128-token tiles when those give more than one block per two
 // multiprocessors, else 64.
 func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 	for _, c := range []struct {
-		tokens, in, out, bn, splits, full int
+		tokens, in, out, bn, wgs, splits, full int
+		cluster                                bool
 	}{
-		{64, 4096, 14336, 64, 1, 0},     // one narrow tile
-		{128, 4096, 14336, 128, 1, 0},   // 112 blocks of 128 tokens
-		{128, 28672, 8192, 64, 1, 0},    // 64 blocks of 128 tokens
-		{256, 4096, 14336, 256, 1, 0},   // 112 blocks of 256 tokens
-		{256, 8192, 28672, 256, 4, 132}, // 224 tiles: a whole wave, then 92 × 4 (1.75 tile times, not 2)
-		{256, 4096, 17920, 256, 4, 132}, // 140 tiles: 8 × 4 after the wave
-		{200, 2048, 17920, 256, 2, 132}, // 32 groups: at most two shares
-		{256, 8192, 33792, 256, 1, 0},   // 264 tiles, two whole waves
-		{256, 14336, 4096, 256, 4, 0},   // 32 blocks × 4
-		{256, 28672, 8192, 256, 2, 0},   // 64 blocks × 2
-		{256, 4096, 4096, 256, 4, 0},    // 32 blocks × 4, 16 groups each
-		{256, 2048, 4096, 256, 2, 0},    // 32 groups: two shares of 16
-		{512, 8192, 28672, 256, 1, 0},   // 448 tiles over two token tiles
-		{4096, 14336, 4096, 256, 1, 0},  // 512 blocks
+		{64, 4096, 14336, 64, 2, 1, 0, false},     // one narrow tile
+		{128, 4096, 14336, 128, 2, 1, 0, false},   // 112 blocks of 128 tokens
+		{128, 28672, 8192, 64, 2, 1, 0, false},    // 64 blocks of 128 tokens
+		{256, 4096, 14336, 256, 2, 1, 0, false},   // 112 blocks of 256 tokens
+		{256, 8192, 28672, 256, 2, 4, 132, false}, // 224 tiles: a whole wave, then 92 × 4 (1.75 tile times, not 2)
+		{256, 4096, 17920, 256, 2, 4, 132, false}, // 140 tiles: 8 × 4 after the wave
+		{200, 2048, 17920, 256, 2, 2, 132, false}, // 32 groups: at most two shares
+		{256, 8192, 33792, 256, 2, 1, 0, false},   // 264 tiles, two whole waves
+		{256, 14336, 4096, 256, 1, 2, 0, true},    // 32 tiles × 4 would fit: 64 × 2 in clusters
+		{256, 28672, 8192, 256, 2, 2, 0, false},   // 64 blocks × 2
+		{256, 4096, 4096, 256, 1, 2, 0, true},     // 32 tiles × 4 would fit: 64 × 2 in clusters
+		{200, 4096, 1032, 256, 1, 2, 0, true},     // 9 tiles: 17 × 2 in clusters
+		{256, 2048, 4096, 256, 2, 2, 0, false},    // 32 groups: two shares of 16, no cluster
+		{512, 8192, 28672, 256, 2, 1, 0, false},   // 448 tiles over two token tiles
+		{4096, 14336, 4096, 256, 2, 1, 0, false},  // 512 blocks
 	} {
 		got := chooseWG(int4Request(c.tokens, c.in, c.out), 132)
-		assert.Equal(t, []int{c.bn, c.splits, c.full}, []int{got.BN, got.Splits, got.Full}, "%d tokens %dx%d", c.tokens, c.in, c.out)
+		assert.Equal(t, []int{c.bn, c.wgs, c.splits, c.full}, []int{got.BN, got.WGS, got.Splits, got.Full}, "%d tokens %dx%d", c.tokens, c.in, c.out)
+		assert.Equal(t, c.cluster, got.Cluster, "%d tokens %dx%d", c.tokens, c.in, c.out)
+		if got.Cluster {
+			assert.Equal(t, got.Splits, got.variant().Defines["CLUSTER"], "a cluster is a tile's shares")
+		} else {
+			assert.NotContains(t, got.variant().Defines, "CLUSTER")
+		}
 	}
 }
 
@@ -99,7 +108,7 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 // kernels read and write it, and fit an H100/H200.
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136),
-		int4Request(200, 4096, 1032), int4Request(136, 4096, 17416)} {
+		int4Request(200, 2048, 4096), int4Request(136, 4096, 17416), int4Request(200, 4096, 1032)} {
 		req.Bias = req.Tokens != 33 && req.Tokens != 4096
 		c := chooseWG(req, 132)
 		l := c.launches(req)
@@ -115,7 +124,11 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.False(t, xprep.Programmatic, "xprep reads x, which the engine's work ahead writes: no early start")
 		assert.True(t, main.Programmatic, "the main kernel starts early and waits for xprep in the kernel")
 		require.Len(t, xprep.Params, 7)
-		assert.Equal(t, int32(c.Splits), int32Of(t, xprep.Params[5]))
+		if c.Cluster {
+			assert.Equal(t, int32(1), int32Of(t, xprep.Params[5]), "a cluster needs no cleared sums")
+		} else {
+			assert.Equal(t, int32(c.Splits), int32Of(t, xprep.Params[5]))
+		}
 		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, xprep.Params[6]), "sums cleared from the first split row")
 		assert.Equal(t, affine.X, xprep.Params[0].Buffer)
 		assert.Equal(t, sdk.BufferWorkspace, xprep.Params[1].Buffer)
@@ -140,9 +153,17 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 			assert.Nil(t, l.reduce, "no reduction without a split K")
 			continue
 		}
+		if c.Cluster {
+			// 200 tokens 4096→1032: 17 row blocks of 64, each two blocks
+			// of a cluster, which add the shares themselves.
+			assert.Equal(t, []int{1, 2, 0}, []int{c.WGS, c.Splits, c.Full}, req.Key())
+			assert.Equal(t, uint32(17*2), main.Grid[0])
+			assert.Nil(t, l.reduce, "a cluster writes y itself")
+			continue
+		}
 		require.NotNil(t, l.reduce, req.Key())
 		if c.Full == 0 {
-			assert.Equal(t, [3]uint32{101, 1, 1}, l.reduce.Grid, "200 tokens × 129 chunks of 8 outputs, 256 per block")
+			assert.Equal(t, [3]uint32{400, 1, 1}, l.reduce.Grid, "200 tokens × 512 chunks of 8 outputs, 256 per block")
 		} else {
 			// 136 tokens, 137 row blocks of 128: 132 whole, then 5 split in 4;
 			// the reduction covers rows 16896..17415, 65 chunks of 8 per token.
@@ -183,10 +204,18 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	// Two rows of bf16 x plus the kernel's static barrier, block maxima and
 	// inverse scales fit the opt-in shared memory of a block.
 	assert.LessOrEqual(t, int(chooseWG(widest, 132).launches(widest).xprep.SharedBytes)+8+16+8, 232448)
-	split := int4Request(256, 14336, 4096)
+	split := int4Request(256, 28672, 8192)
 	c := chooseWG(split, 132)
-	require.Equal(t, 4, c.Splits)
-	assert.Equal(t, int64(224*32768+256*4+256*4096*4), c.workspaceBytes(split), "stages, sigma, then the fp32 sums")
+	require.Equal(t, []int{2, 0}, []int{c.Splits, c.Full})
+	require.False(t, c.Cluster)
+	assert.Equal(t, int64(448*32768+256*4+256*8192*4), c.workspaceBytes(split), "stages, sigma, then the fp32 sums")
+	paired := int4Request(256, 14336, 4096)
+	c = chooseWG(paired, 132)
+	require.True(t, c.Cluster)
+	assert.Equal(t, int64(224*32768+256*4), c.workspaceBytes(paired), "stages and sigma: a cluster keeps its sums on chip")
+	assert.Equal(t, 192512, wgPaired.sharedBytes()) // 4*32768 + 3*64*320
+	// The kernel's shares ([CLUSTER][BN][ROWS/CLUSTER + 4] fp32) reuse the rings.
+	assert.LessOrEqual(t, 2*256*(32+4)*4, wgPaired.sharedBytes())
 }
 
 // TestWGMMAVariantsCompile compiles the Hopper variant for every GPU test

@@ -23,15 +23,19 @@
 //     first `full` tiles (whole waves) take one block each and write y;
 //     each later tile takes `splits` blocks, split s computing the s-th
 //     share of the groups (whole weight stages) and adding its fp32 share
-//     into the sums (red.global.add). With a split,
+//     into the sums (red.global.add). Compiled with CLUSTER = splits, the
+//     shares of a tile are instead one thread-block cluster (so full is a
+//     multiple of CLUSTER and every share has groups) that adds them in
+//     shared memory and writes y itself. With a split and no CLUSTER,
 //   affine_wg_reduce(ws, bias, y, tokens, in, out, row_first)
 //     (any grid, block 256) writes y = bf16(sum + bias) for outputs
 //     row_first and up, the split tiles' rows: row_first = full * ROWS
 //     (full > 0 only with a single token tile, whose tiles are its row
 //     blocks in order).
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
-// then ceil(tokens/BN) * BN floats of sigma, then (splits > 1) tokens * out
-// floats of sums.
+// then ceil(tokens/BN) * BN floats of sigma, then (splits > 1 without
+// CLUSTER) tokens * out floats of sums; xprep clears them when its splits
+// argument is above 1.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
 // groups, so at least two groups), out_features a multiple of 8, band >= 1,
 // splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1.
@@ -77,7 +81,9 @@
 // timed and lost to the stream kernel at 9-32 tokens, bench/NOTES.md), STAGES (>= FSETS x slots), WGS
 // (1..3 consumer warpgroups, 64 rows each), AST (weight slots of AG = 8
 // groups), FSETS (2 or 3 A fragment sets), AW (1..3 weight-copying warps,
-// default 3).
+// default 3), CLUSTER (0, or 2 or 4 K shares of a tile per thread-block
+// cluster; clusters of four 216 KB blocks measured twice as slow on the
+// H200, as if they could not all be placed at once: bench/NOTES.md).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -123,6 +129,12 @@ typedef unsigned long long u64;
 #error "AST must be at least 2: a consumer releases a weight stage only after reading the next one's first group"
 #endif
 #define GROUP 64
+#ifndef CLUSTER
+#define CLUSTER 0   // > 0: the K shares of a tile are one thread-block cluster that sums them in shared memory (see METHOD)
+#endif
+#if CLUSTER != 0 && CLUSTER != 2 && CLUSTER != 4
+#error "CLUSTER must be 0, 2 or 4"
+#endif
 #ifndef WG_DIAG_NORED
 #define WG_DIAG_NORED 0   // diagnostic only: 1 skips the split-K reductions (wrong results; times their cost)
 #endif
@@ -149,6 +161,16 @@ typedef unsigned long long u64;
 #endif
 #if BN * FTILE_LD * 4 > SMEM_BYTES
 #error "the fp32 output tile must fit in the rings"
+#endif
+#if CLUSTER
+#define QROWS (ROWS / CLUSTER)               // rows of the tile each block of a cluster finishes
+#define QTILE_LD (QROWS + 4)                 // one token of a share of those rows (fp32), padded against bank conflicts
+#if QROWS % 16 != 0
+#error "each warp's 16 rows must fall to one block of the cluster"
+#endif
+#if CLUSTER * BN * QTILE_LD * 4 > SMEM_BYTES
+#error "the cluster's shares must fit in the rings"
+#endif
 #endif
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS_RAW ((65536 - 128 * PRODUCER_REGS) / (128 * WGS) / 8 * 8)
@@ -218,6 +240,22 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
 // be placed as soon as SMs free up. Both are no-ops in an ordinary launch.
 KC_DEV void kc_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Thread-block clusters (sm_90): a barrier over every thread of the
+// cluster (threads that have exited count as arrived), ordering the shared
+// memory writes before it against the reads after it; and the address of a
+// shared variable in another block of the cluster.
+KC_DEV void kc_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+KC_DEV u32 kc_cluster_addr(u32 saddr, u32 rank) {
+    u32 d;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(saddr), "r"(rank));
+    return d;
+}
+KC_DEV void kc_cluster_store(u32 addr, float v) {
+    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
+}
 
 // ---------------------------------------------------------------------------
 // Xprep: one block per XPREP_TOKENS tokens of the padded tiles. Their rows
@@ -433,6 +471,9 @@ KC_DEV void kc_wgmma(float (&d)[NACC], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc)
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if CLUSTER
+__cluster_dims__(CLUSTER, 1, 1)
+#endif
 affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
           const u16* __restrict__ scales, const u16* __restrict__ biases, const u16* __restrict__ bias,
           u16* __restrict__ y, int tokens, int in_features, int out_features, int band, int splits, int full)
@@ -466,6 +507,12 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int g0 = split * wstages / nsplit * AG;
     const int n = min(groups, (split + 1) * wstages / nsplit * AG) - g0;
     kc_grid_release();
+#if CLUSTER
+    // A cluster is the shares of one tile (or whole tiles, which do not
+    // talk), and every share has groups: else blocks would write into one
+    // that has exited. The plan guarantees both; a wrong launch stops here.
+    if (splits != CLUSTER || full % CLUSTER != 0 || n <= 0) asm volatile("trap;");
+#endif
     if (n <= 0) return;
 
     const u32 sbase = kc_smem(smem), abase = sbase + STAGES * STAGE_BYTES;
@@ -675,6 +722,51 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // bf16 of acc * sigma + bias into shared memory (element 4j+e is local
     // row rl0 (e < 2) or rl0 + 8, local token 8j + 2tig + (e&1)), then
     // coalesced 16-byte stores of 8 rows each.
+#if CLUSTER
+    if (nsplit > 1) {
+        // The tile's CLUSTER shares are the blocks of one cluster, block
+        // (rank) r finishing rows [r*QROWS, (r+1)*QROWS) of the tile. Once
+        // every block is past its main loop (its rings are free), each warp
+        // writes its rows' acc * sigma into the finishing block's shared
+        // memory, as share `split` ([CLUSTER][BN][QTILE_LD] fp32); then
+        // each block adds its rows' shares in order, adds the bias and
+        // stores y: no workspace sums, no reduce launch, and a result that
+        // does not depend on timing.
+        kc_cluster_sync();
+        const int dest = (64 * wg + 16 * wi) / QROWS, rq = rl0 - dest * QROWS;
+        const u32 share = kc_cluster_addr(sbase, (u32)dest) + (u32)(split * BN * QTILE_LD) * 4u;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const float2 sg = *reinterpret_cast<const float2*>(ssigma + 8 * j + 2 * tig);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                kc_cluster_store(share + (u32)((8 * j + 2 * tig + (e & 1)) * QTILE_LD + rq + 8 * (e >> 1)) * 4u,
+                                 acc[4 * j + e] * ((e & 1) ? sg.y : sg.x));
+        }
+        kc_cluster_sync();
+        const float* shares = reinterpret_cast<const float*>(smem);
+        for (int c = tid; c < BN * (QROWS / 8); c += WGS * 128) {
+            const int tl = c / (QROWS / 8), rloc = 8 * (c % (QROWS / 8));
+            const int tok = tile * BN + tl, rt = split * QROWS + rloc, row = row0 + rt;
+            if (tok >= tokens || row >= out_features) continue;
+            float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int sh = 0; sh < CLUSTER; ++sh) {
+                const float* p = shares + (sh * BN + tl) * QTILE_LD + rloc;
+                const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+                v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
+                v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
+            }
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] += kc_bf16(sbias[rt + i]);
+            u32 o[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(o[i]) : "f"(v[2 * i + 1]), "f"(v[2 * i]));
+            *reinterpret_cast<kc_u4*>(y + (long long)tok * out_features + row) = kc_u4{o[0], o[1], o[2], o[3]};
+        }
+        return;
+    }
+#endif
     kc_consumer_sync();
     if (nsplit > 1) {
         // Split along K: this block's share of acc * sigma is added into the
