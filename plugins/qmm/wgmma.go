@@ -153,49 +153,67 @@ type wgConfig struct {
 	Cluster bool
 }
 
-// The three variants QMM's Hopper candidate runs: 256-token tiles (the
-// most work per dequantised weight), and 128- and 64-token ones for grids
-// that would otherwise leave multiprocessors idle. 256-token tiles hold
-// 128 accumulators per thread, which leaves registers for two fragment
-// sets only.
+// The variants QMM's Hopper candidate runs: 256-token tiles (the most
+// work per dequantised weight), and 128- and 64-token ones for fewer
+// tokens or grids that would otherwise leave multiprocessors idle.
+// 256-token tiles hold 128 accumulators per thread, which leaves registers
+// for two fragment sets only.
 var (
-	wgWide = wgConfig{BN: 256, Stages: 3, WGS: 2, AST: 3, FSets: 2, Band: 16, Splits: 1}
-	// wgPaired is for grids that four K shares of wgWide's tiles would
-	// leave within one wave: 64-row tiles (so twice the tiles) in two
-	// shares, each pair a cluster, as many blocks with no sums through
-	// memory; the x ring gets the shared memory a consumer warpgroup no
-	// longer needs for weights.
-	wgPaired = wgConfig{BN: 256, Stages: 4, WGS: 1, AST: 3, FSets: 2, Band: 16, Splits: 2, Cluster: true}
+	wgWide   = wgConfig{BN: 256, Stages: 3, WGS: 2, AST: 3, FSets: 2, Band: 16, Splits: 1}
 	wgMid    = wgConfig{BN: 128, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16, Splits: 1}
 	wgNarrow = wgConfig{BN: 64, Stages: 6, WGS: 2, AST: 3, FSets: 3, Band: 16, Splits: 1}
 )
 
-// chooseWG picks 256-token tiles above 128 tokens, split along K into the
-// most of 2 or 4 shares that still fit one wave, each share at least two
-// weight stages (4096→14336 at 256 tokens: 112 blocks, unsplit;
-// 28672→8192: 64 blocks × 2). Where 4 shares fit, it takes wgPaired
-// instead, 64-row tiles in 2 shares summed within a cluster, as many
-// blocks (14336→4096 at 256 tokens: 64 × 2; 4096²: 23.0–23.2 µs against
-// 28.4–29.1 for 32 × 4, 14336→4096 within 1 %). When a single token tile's row blocks overrun whole
-// waves, the whole waves stay unsplit and only the last partial wave's
-// tiles are split, so that they finish sooner (4096→18944 at 256 tokens:
-// 132 whole tiles, then 16 tiles × 4 shares, 1.25 tile times instead of 2,
-// measured 112.9 → 78.9 µs; at 8192→28672, 92 tiles × 4 shares would make
-// 1.75 instead of 2, but their fp32 atomics cost as much, a tie).
-// From 33 to 128 tokens it picks 128-token tiles when those give more than
-// one block per two multiprocessors, else 64-token tiles.
+// The same token tiles in pairs, for grids that four K shares of the
+// tiles above would leave within one wave: 64-row tiles (one consumer
+// warpgroup, so twice the tiles) in two K shares that one cluster adds in
+// shared memory: as many blocks, and no sums through memory. At 256
+// tokens the x ring takes the shared memory the weights no longer need.
+var (
+	wgWidePairs   = wgConfig{BN: 256, Stages: 4, WGS: 1, AST: 3, FSets: 2, Band: 16, Splits: 2, Cluster: true}
+	wgMidPairs    = wgConfig{BN: 128, Stages: 6, WGS: 1, AST: 3, FSets: 3, Band: 16, Splits: 2, Cluster: true}
+	wgNarrowPairs = wgConfig{BN: 64, Stages: 6, WGS: 1, AST: 3, FSets: 3, Band: 16, Splits: 2, Cluster: true}
+)
+
+// chooseWG picks the token tile first: 256 tokens above 128 tokens, else
+// 128 above 64, else 64. When four K shares of that tile's blocks would
+// fit one wave (each share at least two weight stages), it runs the tile
+// in pairs (wgWidePairs and the others above): at 256 tokens 4096² took
+// 23.0–23.2 µs against 28.4–29.1 for 32 blocks × 4 shares, 14336→4096
+// within 1 %; at 64 and 128 tokens the pairs took 4096² from 28.8–29.4 µs
+// (one block per tile) to 17.1–19.2, 14336→4096 from 88–93 to 39–44, and
+// 8192→4096 from 53–54 to 26–29.
+// Otherwise, above 128 tokens, 256-token tiles split in 2 when that still
+// fits one wave, each share at least two weight stages (28672→8192: 64
+// blocks × 2; 4096→14336: 112 blocks, unsplit). When a single token tile's
+// row blocks overrun whole waves, the whole waves stay unsplit and only
+// the last partial wave's tiles are split, so that they finish sooner
+// (4096→18944 at 256 tokens: 132 whole tiles, then 16 tiles × 4 shares,
+// 1.25 tile times instead of 2, measured 112.9 → 78.9 µs; at 8192→28672,
+// 92 tiles × 4 shares would make 1.75 instead of 2, but their fp32 atomics
+// cost as much, a tie).
+// From 65 to 128 tokens it picks 128-token tiles when those give more than
+// one block per two multiprocessors, else 64-token tiles, unsplit.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	blocks := func(c wgConfig) int { return ceilDiv(req.OutFeatures, 64*c.WGS) * ceilDiv(req.Tokens, c.BN) }
+	groups := req.InFeatures / 64
+	tile, pairs := wgNarrow, wgNarrowPairs
+	switch {
+	case req.Tokens > wgMid.BN:
+		tile, pairs = wgWide, wgWidePairs
+	case req.Tokens > wgNarrow.BN:
+		tile, pairs = wgMid, wgMidPairs
+	}
+	if blocks(tile)*4 <= sms && groups >= 16*4 {
+		return pairs
+	}
 	switch {
 	case req.Tokens > wgMid.BN:
 		c := wgWide
-		tiles, groups := blocks(c), req.InFeatures/64
+		tiles := blocks(c)
 		if tiles <= sms {
-			if tiles*4 <= sms && groups >= 16*4 {
-				return wgPaired
-			}
 			if tiles*2 <= sms && groups >= 16*2 {
 				c.Splits = 2
 			}

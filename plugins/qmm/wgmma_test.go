@@ -27,11 +27,12 @@ func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
 	assert.Contains(t, adm.Reason, "wgmma BN=256")
 }
 
-// The measured rule: 256-token tiles above 128 tokens, with K split in 2
-// when that still fits one wave, or, where 4 shares would fit, 64-row
-// tiles in 2 shares summed within a cluster; past whole waves of a single
-// token tile, only the last partial wave's tiles split; up to 128 tokens,
-// 128-token tiles when those give more than one block per two
+// The measured rule: the token tile (256, 128 or 64 tokens) in pairs,
+// 64-row tiles in 2 K shares summed within a cluster, where 4 shares of
+// its blocks would fit one wave; else 256-token tiles above 128 tokens
+// with K split in 2 when that still fits one wave, or, past whole waves of
+// a single token tile, only the last partial wave's tiles split; up to 128
+// tokens, 128-token tiles when those give more than one block per two
 // multiprocessors, else 64.
 func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 	for _, c := range []struct {
@@ -39,6 +40,10 @@ func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 		cluster                                bool
 	}{
 		{64, 4096, 14336, 64, 2, 1, 0, false},     // one narrow tile
+		{64, 4096, 4096, 64, 1, 2, 0, true},       // 32 narrow tiles × 4 would fit: 64 × 2 in clusters
+		{33, 14336, 4096, 64, 1, 2, 0, true},      // the same
+		{128, 4096, 4096, 128, 1, 2, 0, true},     // 32 tiles of 128 tokens × 4 would fit: 64 × 2 in clusters
+		{100, 2048, 1032, 64, 2, 1, 0, false},     // 32 groups: too few for four shares
 		{128, 4096, 14336, 128, 2, 1, 0, false},   // 112 blocks of 128 tokens
 		{128, 28672, 8192, 64, 2, 1, 0, false},    // 64 blocks of 128 tokens
 		{256, 4096, 14336, 256, 2, 1, 0, false},   // 112 blocks of 256 tokens
@@ -154,10 +159,12 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 			continue
 		}
 		if c.Cluster {
-			// 200 tokens 4096→1032: 17 row blocks of 64, each two blocks
-			// of a cluster, which add the shares themselves.
+			// 33 tokens 4096² and 200 tokens 4096→1032: 64 and 17 row
+			// blocks of 64, each two blocks of a cluster, which add the
+			// shares themselves.
 			assert.Equal(t, []int{1, 2, 0}, []int{c.WGS, c.Splits, c.Full}, req.Key())
-			assert.Equal(t, uint32(17*2), main.Grid[0])
+			want := map[int]uint32{33: 64 * 2, 200: 17 * 2}[req.Tokens]
+			assert.Equal(t, want, main.Grid[0], req.Key())
 			assert.Nil(t, l.reduce, "a cluster writes y itself")
 			continue
 		}
@@ -213,9 +220,9 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	c = chooseWG(paired, 132)
 	require.True(t, c.Cluster)
 	assert.Equal(t, int64(224*32768+256*4), c.workspaceBytes(paired), "stages and sigma: a cluster keeps its sums on chip")
-	assert.Equal(t, 192512, wgPaired.sharedBytes()) // 4*32768 + 3*64*320
+	assert.Equal(t, 192512, wgWidePairs.sharedBytes()) // 4*32768 + 3*64*320
 	// The kernel's shares ([CLUSTER][BN][ROWS/CLUSTER + 4] fp32) reuse the rings.
-	assert.LessOrEqual(t, 2*256*(32+4)*4, wgPaired.sharedBytes())
+	assert.LessOrEqual(t, 2*256*(32+4)*4, wgWidePairs.sharedBytes())
 }
 
 // TestWGMMAVariantsCompile compiles the Hopper variant for every GPU test
