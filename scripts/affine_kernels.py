@@ -1340,23 +1340,25 @@ def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 
     """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go): the
     token tile (256 tokens above 128, else 128 above 64, else 64) in pairs
     (64-row tiles in 2 K shares summed within a cluster) where 4 shares of
-    its blocks would fit one wave, each at least 16 groups; else above 128
-    tokens 256-token tiles, K split in 2 shares when they fit one wave
-    (each at least 16 groups), or, past whole waves of a single token tile,
-    the whole waves unsplit and the last partial wave's tiles split in the
-    smallest of 2, 3 or 4 shares that most shortens it; up to 128 tokens,
-    128-token tiles when those give more than one block per two SMs, else
-    64-token tiles."""
+    its blocks would fit one wave, each at least 16 groups; else the tile's
+    K in 2 shares, each tile's two blocks a cluster, where they fit one
+    wave (each at least 16 groups); else above 128 tokens 256-token tiles,
+    or, past whole waves of a single token tile, the whole waves unsplit
+    and the last partial wave's tiles split in the smallest of 2, 3 or 4
+    shares that most shortens it; up to 128 tokens, 128-token tiles when
+    those give more than one block per two SMs, else 64-token tiles."""
     sms = sms or SMS
     blocks = lambda bn: -(-out_f // 128) * -(-tokens // bn)
     groups = in_f // 64
     bn = 256 if tokens > 128 else 128 if tokens > 64 else 64
     if blocks(bn) * 4 <= sms and groups >= 64:   # wgWidePairs, wgMidPairs, wgNarrowPairs
         return wg_config(256, 4, 1, 3, 16, 2, 2, 0, 0, 2) if bn == 256 else wg_config(bn, 6, 1, 3, 16, 3, 2, 0, 0, 2)
+    if blocks(bn) * 2 <= sms and groups >= 32:   # the tile's two K shares a cluster
+        return wg_config(256, 3, 2, 3, 16, 2, 2, 0, 0, 2) if bn == 256 else wg_config(bn, 6, 2, 3, 16, 3, 2, 0, 0, 2)
     if tokens > 128:
         tiles = blocks(256)
         if tiles <= sms:
-            return wg_config(256, 3, 2, 3, 16, 2, 2 if tiles * 2 <= sms and groups >= 32 else 1)
+            return wg_config(256, 3, 2, 3, 16, 2)
         rest, best = tiles % sms, (1, 1)   # (rounds, shares) of the tail
         if rest and tokens <= 256:
             for s in (2, 3, 4):
@@ -1819,7 +1821,8 @@ def main():
         if (not KERNELS or "wg" in KERNELS) and torch.cuda.get_device_capability(0) == (9, 0):
             WG_CONFIGS = [wg_choose(4096, 4096), wg_choose(256, 8192, in_f=4096), wg_choose(128, 14336),
                           wg_choose(64, 14336), wg_choose(256, 4096, in_f=4096), wg_choose(128, 4096, in_f=4096),
-                          wg_choose(64, 4096, in_f=4096),   # the variants the plugin runs
+                          wg_choose(64, 4096, in_f=4096), wg_choose(128, 8192, in_f=28672),
+                          wg_choose(64, 8192, in_f=28672),   # the variants the plugin runs
                           wg_config(256, 3, 2, 3, 16, 2, 4, -1, 6)]   # whole waves of 6 tiles, then split in 4
             ok = run_wg(args.quick, bench=False) and ok
     if args.only in (None, "bench"):

@@ -183,17 +183,22 @@ var (
 // within 1 %; at 64 and 128 tokens the pairs took 4096² from 28.8–29.4 µs
 // (one block per tile) to 17.1–19.2, 14336→4096 from 88–93 to 39–44, and
 // 8192→4096 from 53–54 to 26–29.
-// Otherwise, above 128 tokens, 256-token tiles split in 2 when that still
-// fits one wave, each share at least two weight stages (28672→8192: 64
-// blocks × 2; 4096→14336: 112 blocks, unsplit). When a single token tile's
-// row blocks overrun whole waves, the whole waves stay unsplit and only
-// the last partial wave's tiles are split, so that they finish sooner
+// Else, when two K shares of the tile's blocks fit one wave (each share
+// at least two weight stages), it splits K in 2 with each tile's two
+// blocks a cluster (28672→8192 at 64 tokens 100.7 µs against 173.2 for
+// one block per tile, at 128 tokens 130.5 against 190.5 for 64-token
+// tiles; at 256 tokens the same as the shares' sums through memory,
+// 197–207 µs either way, with one launch fewer and a result that does not
+// depend on timing). Otherwise, above 128 tokens, 256-token tiles
+// (4096→14336: 112 blocks, unsplit); when a single token tile's row
+// blocks overrun whole waves, the whole waves stay unsplit and only the
+// last partial wave's tiles are split, so that they finish sooner
 // (4096→18944 at 256 tokens: 132 whole tiles, then 16 tiles × 4 shares,
 // 1.25 tile times instead of 2, measured 112.9 → 78.9 µs; at 8192→28672,
 // 92 tiles × 4 shares would make 1.75 instead of 2, but their fp32 atomics
 // cost as much, a tie).
-// From 65 to 128 tokens it picks 128-token tiles when those give more than
-// one block per two multiprocessors, else 64-token tiles, unsplit.
+// From 65 to 128 tokens, unsplit, it picks 128-token tiles when those give
+// more than one block per two multiprocessors, else 64-token tiles.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
@@ -209,14 +214,15 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 	if blocks(tile)*4 <= sms && groups >= 16*4 {
 		return pairs
 	}
+	if blocks(tile)*2 <= sms && groups >= 16*2 {
+		tile.Splits, tile.Cluster = 2, true
+		return tile
+	}
 	switch {
 	case req.Tokens > wgMid.BN:
 		c := wgWide
 		tiles := blocks(c)
 		if tiles <= sms {
-			if tiles*2 <= sms && groups >= 16*2 {
-				c.Splits = 2
-			}
 			return c
 		}
 		if rest := tiles % sms; rest > 0 && req.Tokens <= c.BN {

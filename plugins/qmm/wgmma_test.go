@@ -29,11 +29,11 @@ func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
 
 // The measured rule: the token tile (256, 128 or 64 tokens) in pairs,
 // 64-row tiles in 2 K shares summed within a cluster, where 4 shares of
-// its blocks would fit one wave; else 256-token tiles above 128 tokens
-// with K split in 2 when that still fits one wave, or, past whole waves of
-// a single token tile, only the last partial wave's tiles split; up to 128
-// tokens, 128-token tiles when those give more than one block per two
-// multiprocessors, else 64.
+// its blocks would fit one wave; else the tile's K in 2 shares, a cluster
+// each, where 2 fit; else 256-token tiles above 128 tokens, or, past whole
+// waves of a single token tile, only the last partial wave's tiles split
+// (their sums through memory); up to 128 tokens, 128-token tiles when
+// those give more than one block per two multiprocessors, else 64.
 func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 	for _, c := range []struct {
 		tokens, in, out, bn, wgs, splits, full int
@@ -43,19 +43,21 @@ func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 		{64, 4096, 4096, 64, 1, 2, 0, true},       // 32 narrow tiles × 4 would fit: 64 × 2 in clusters
 		{33, 14336, 4096, 64, 1, 2, 0, true},      // the same
 		{128, 4096, 4096, 128, 1, 2, 0, true},     // 32 tiles of 128 tokens × 4 would fit: 64 × 2 in clusters
-		{100, 2048, 1032, 64, 2, 1, 0, false},     // 32 groups: too few for four shares
+		{100, 2048, 1032, 128, 2, 2, 0, true},     // 32 groups: two shares, not four
+		{100, 1024, 1032, 64, 2, 1, 0, false},     // 16 groups: one share; 9 tiles of 128 tokens, so 64-token tiles
 		{128, 4096, 14336, 128, 2, 1, 0, false},   // 112 blocks of 128 tokens
-		{128, 28672, 8192, 64, 2, 1, 0, false},    // 64 blocks of 128 tokens
+		{128, 28672, 8192, 128, 2, 2, 0, true},    // 64 tiles × 2 in clusters (64-token tiles would make 128 blocks)
+		{64, 28672, 8192, 64, 2, 2, 0, true},      // 64 tiles × 2 in clusters
 		{256, 4096, 14336, 256, 2, 1, 0, false},   // 112 blocks of 256 tokens
 		{256, 8192, 28672, 256, 2, 4, 132, false}, // 224 tiles: a whole wave, then 92 × 4 (1.75 tile times, not 2)
 		{256, 4096, 17920, 256, 2, 4, 132, false}, // 140 tiles: 8 × 4 after the wave
 		{200, 2048, 17920, 256, 2, 2, 132, false}, // 32 groups: at most two shares
 		{256, 8192, 33792, 256, 2, 1, 0, false},   // 264 tiles, two whole waves
 		{256, 14336, 4096, 256, 1, 2, 0, true},    // 32 tiles × 4 would fit: 64 × 2 in clusters
-		{256, 28672, 8192, 256, 2, 2, 0, false},   // 64 blocks × 2
+		{256, 28672, 8192, 256, 2, 2, 0, true},    // 64 tiles × 2 in clusters
 		{256, 4096, 4096, 256, 1, 2, 0, true},     // 32 tiles × 4 would fit: 64 × 2 in clusters
 		{200, 4096, 1032, 256, 1, 2, 0, true},     // 9 tiles: 17 × 2 in clusters
-		{256, 2048, 4096, 256, 2, 2, 0, false},    // 32 groups: two shares of 16, no cluster
+		{256, 2048, 4096, 256, 2, 2, 0, true},     // 32 groups: two shares of 16
 		{512, 8192, 28672, 256, 2, 1, 0, false},   // 448 tiles over two token tiles
 		{4096, 14336, 4096, 256, 2, 1, 0, false},  // 512 blocks
 	} {
@@ -160,24 +162,24 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		}
 		if c.Cluster {
 			// 33 tokens 4096² and 200 tokens 4096→1032: 64 and 17 row
-			// blocks of 64, each two blocks of a cluster, which add the
-			// shares themselves.
-			assert.Equal(t, []int{1, 2, 0}, []int{c.WGS, c.Splits, c.Full}, req.Key())
-			want := map[int]uint32{33: 64 * 2, 200: 17 * 2}[req.Tokens]
-			assert.Equal(t, want, main.Grid[0], req.Key())
+			// blocks of 64 in pairs; 200 tokens 2048→4096: 32 row blocks
+			// of 128. Each tile's two blocks are a cluster, which adds
+			// the shares itself.
+			want := map[int][]int{33: {1, 64}, 200: {1, 17}}[req.Tokens]
+			if req.InFeatures == 2048 {
+				want = []int{2, 32}
+			}
+			assert.Equal(t, []int{want[0], 2, 0}, []int{c.WGS, c.Splits, c.Full}, req.Key())
+			assert.Equal(t, uint32(want[1]*2), main.Grid[0], req.Key())
 			assert.Nil(t, l.reduce, "a cluster writes y itself")
 			continue
 		}
+		// 136 tokens, 137 row blocks of 128: 132 whole, then 5 split in 4;
+		// the reduction covers rows 16896..17415, 65 chunks of 8 per token.
 		require.NotNil(t, l.reduce, req.Key())
-		if c.Full == 0 {
-			assert.Equal(t, [3]uint32{400, 1, 1}, l.reduce.Grid, "200 tokens × 512 chunks of 8 outputs, 256 per block")
-		} else {
-			// 136 tokens, 137 row blocks of 128: 132 whole, then 5 split in 4;
-			// the reduction covers rows 16896..17415, 65 chunks of 8 per token.
-			assert.Equal(t, []int{4, 132}, []int{c.Splits, c.Full}, req.Key())
-			assert.Equal(t, uint32(132+5*4), main.Grid[0])
-			assert.Equal(t, [3]uint32{35, 1, 1}, l.reduce.Grid, "136 tokens × 65 chunks, 256 per block")
-		}
+		assert.Equal(t, []int{4, 132}, []int{c.Splits, c.Full}, req.Key())
+		assert.Equal(t, uint32(132+5*4), main.Grid[0])
+		assert.Equal(t, [3]uint32{35, 1, 1}, l.reduce.Grid, "136 tokens × 65 chunks, 256 per block")
 		assert.True(t, l.reduce.Programmatic)
 		require.Len(t, l.reduce.Params, 7)
 		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, l.reduce.Params[6]))
@@ -211,11 +213,11 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	// Two rows of bf16 x plus the kernel's static barrier, block maxima and
 	// inverse scales fit the opt-in shared memory of a block.
 	assert.LessOrEqual(t, int(chooseWG(widest, 132).launches(widest).xprep.SharedBytes)+8+16+8, 232448)
-	split := int4Request(256, 28672, 8192)
+	split := int4Request(256, 8192, 28672)
 	c := chooseWG(split, 132)
-	require.Equal(t, []int{2, 0}, []int{c.Splits, c.Full})
+	require.Equal(t, []int{4, 132}, []int{c.Splits, c.Full})
 	require.False(t, c.Cluster)
-	assert.Equal(t, int64(448*32768+256*4+256*8192*4), c.workspaceBytes(split), "stages, sigma, then the fp32 sums")
+	assert.Equal(t, int64(128*32768+256*4+256*28672*4), c.workspaceBytes(split), "stages, sigma, then the fp32 sums")
 	paired := int4Request(256, 14336, 4096)
 	c = chooseWG(paired, 132)
 	require.True(t, c.Cluster)
