@@ -1176,7 +1176,7 @@ def run_bench(quick: bool, sweep: bool):
             if bulk_config(bits, group, t, in_f, out_f):
                 variants.append((BULK_CU, bulk_config(bits, group, t, in_f, out_f)))
             if wg_serves(t, in_f, bits, group):
-                variants.append((WG_CU, wg_choose(t, out_f, in_f=in_f)))
+                variants.append((WG_CU, wg_choose(t, out_f, in_f=in_f, bits=bits)))
             if sweep:
                 variants += [(p, c) for _, p, c in sweep_configs(bits, group, t, in_f, out_f)]
     if KERNELS:
@@ -1207,7 +1207,7 @@ def run_bench(quick: bool, sweep: bool):
             if bulk_config(bits, group, t, in_f, out_f):
                 rows.append(("bulk", bulk_config(bits, group, t, in_f, out_f), True))
             if wg_serves(t, in_f, bits, group):
-                rows.append(("wg", wg_choose(t, out_f, in_f=in_f), True))
+                rows.append(("wg", wg_choose(t, out_f, in_f=in_f, bits=bits), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
@@ -1336,7 +1336,12 @@ def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: 
     return cfg
 
 
-def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
+def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30, bits: int = 4) -> dict:
+    """wg_rule's variant for `bits`-bit weights (the BITS macro at 8)."""
+    return wg_with_bits(wg_rule(tokens, out_f, sms, in_f), bits)
+
+
+def wg_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
     """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go): the
     token tile (256 tokens above 128, else 128 above 64, else 64) in pairs
     (64-row tiles in 2 K shares summed within a cluster) where 4 shares of
@@ -1377,6 +1382,17 @@ def wg_stage_bytes(cfg: dict) -> int:
     return 4 * cfg["BN"] * 32
 
 
+def wg_with_bits(cfg: dict, bits: int) -> dict:
+    """cfg for `bits`-bit weights: BITS 8 with two weight-copying warps
+    (AW 2, unless --wg-over names AW; plugins/qmm/wgmma.go's variant), or
+    no BITS macro (the kernel's 4)."""
+    cfg = {k: v for k, v in cfg.items() if k != "BITS" and not (k == "AW" and "AW" not in WG_OVER)}
+    if bits == 8:
+        cfg["BITS"] = 8
+        cfg.setdefault("AW", 2)
+    return cfg
+
+
 class WGNotServed(ValueError):
     """A wg.cu variant that cannot run a request (a cluster's share without groups)."""
 
@@ -1389,15 +1405,22 @@ def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: in
     return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4 + sums
 
 
+def wg_group_stage(cfg: dict) -> tuple[int, int]:
+    """Groups per weight stage (AG) and a stage row's padded bytes (AROW_BYTES) of wg.cu."""
+    return (4, 256 + 64) if cfg.get("BITS", 4) == 8 else (8, 256 + 32)
+
+
 def wg_smem(cfg: dict) -> int:
-    return cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * 64 * cfg["WGS"] * (8 * 32 + 32 + 32)
+    ag, arow = wg_group_stage(cfg)
+    return cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * 64 * cfg["WGS"] * (arow + 4 * ag)
 
 
 def wg_serves(tokens: int, in_f: int, bits: int = 4, group: int = 64) -> bool:
-    """What qmm/wgmma admits (plugins/qmm/wgmma.go): int4 g64, in % 128 == 0,
-    in <= 57344, 33 or more tokens, compute capability 9.0."""
+    """What qmm/wgmma admits (plugins/qmm/wgmma.go): 4 or 8 bits in groups
+    of 64, in % 128 == 0, in <= 57344, 33 or more tokens, compute
+    capability 9.0."""
     import torch
-    return (bits == 4 and group == 64 and in_f % 128 == 0 and in_f <= 57344 and tokens > 32
+    return (bits in (4, 8) and group == 64 and in_f % 128 == 0 and in_f <= 57344 and tokens > 32
             and torch.cuda.get_device_capability(0) == (9, 0))
 
 
@@ -1425,8 +1448,11 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     if splits == 1:
         full = 0
     cluster = cfg.get("CLUSTER", 0)
-    if cluster and (splits != cluster or full % cluster or (in_f // 64 + 7) // 8 < cluster):
-        raise WGNotServed(f"CLUSTER {cluster}: splits {splits}, full {full}, {(in_f // 64 + 7) // 8} weight stages")
+    if cfg.get("BITS", 4) != wt.bits:
+        raise ValueError(f"variant for {cfg.get('BITS', 4)} bits, weights of {wt.bits}")
+    stages = -(-(in_f // 64) // wg_group_stage(cfg)[0])
+    if cluster and (splits != cluster or full % cluster or stages < cluster):
+        raise WGNotServed(f"CLUSTER {cluster}: splits {splits}, full {full}, {stages} weight stages")
     row_first = full * 64 * cfg["WGS"]
     xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits), dtype=torch.uint8, device="cuda")
     reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 and not cluster else None
@@ -1626,7 +1652,7 @@ def run_wg(quick: bool, bench: bool = True):
     cfgs, failed = [], set()
     for c in WG_CONFIGS:     # a variant that does not compile is reported and skipped
         try:
-            compile_all([(WG_CU, c)])
+            compile_all([(WG_CU, wg_with_bits(c, 4)), (WG_CU, wg_with_bits(c, 8))])   # 8-bit cases run each variant too
             cfgs.append(c)
         except RuntimeError as e:
             ok_all = False
@@ -1648,12 +1674,16 @@ def run_wg(quick: bool, bench: bool = True):
     # xe: odd tokens' x scaled by 2^xe, beyond fp16's range either way, so
     # the kernel's per-token power-of-two scaling (affine_wg_xprep) is what
     # keeps them exact; they are checked against a tolerance scaled alike.
-    for ci, (in_f, out_f, t, bias, xe) in enumerate([(1024, 1032, 37, True, 0), (4096, 4096, 128, False, 0),
-                                                     (2048, 512, 300, True, 0), (4096, 14336, 256, False, 0),
-                                                     (14336, 4096, 33, False, 0), (1152, 1032, 65, True, 0),
-                                                     (640, 136, 129, False, 0), (4096, 1032, 70, True, 17),
-                                                     (2048, 1032, 70, False, -20)]):
-        wt = Weights(4, 64, in_f, out_f, bias, seed=500 + ci)
+    # 8-bit cases: groups a multiple of the stage's 4 (4096, 2048), not
+    # (1152: 18 groups, scales copied in pairs), a partial last stage (640:
+    # 10 groups), large x.
+    for ci, (in_f, out_f, t, bias, xe, bits) in enumerate([
+            (1024, 1032, 37, True, 0, 4), (4096, 4096, 128, False, 0, 4), (2048, 512, 300, True, 0, 4),
+            (4096, 14336, 256, False, 0, 4), (14336, 4096, 33, False, 0, 4), (1152, 1032, 65, True, 0, 4),
+            (640, 136, 129, False, 0, 4), (4096, 1032, 70, True, 17, 4), (2048, 1032, 70, False, -20, 4),
+            (4096, 4096, 128, False, 0, 8), (2048, 520, 300, True, 0, 8), (1152, 1032, 65, True, 0, 8),
+            (640, 136, 129, False, 0, 8), (14336, 2048, 33, False, 0, 8), (4096, 1032, 70, True, 17, 8)]):
+        wt = Weights(bits, 64, in_f, out_f, bias, seed=500 + ci)
         gen = torch.Generator(device="cuda").manual_seed(ci)
         x = torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1
         if xe:
@@ -1661,6 +1691,7 @@ def run_wg(quick: bool, bench: bool = True):
         x = x.to(torch.bfloat16)
         ref = wt.reference(x)
         for cfg in cfgs:
+            cfg = wg_with_bits(cfg, bits)
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")
             try:
                 run, ws = wg_launch_fns(cfg, wt, x, y, t)
@@ -1682,17 +1713,19 @@ def run_wg(quick: bool, bench: bool = True):
             ok_all &= ok
             if not ok:
                 failed.add((variant_key(WG_CU, cfg), cfg["_splits"], cfg["_full"]))
-            print(f"{'PASS' if ok else 'FAIL'} wg {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
+            print(f"{'PASS' if ok else 'FAIL'} wg q{bits} {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
                   f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']} full={cfg['_full']} C={cfg.get('CLUSTER', 0)}"
                   f"{f' x*2^{xe}' if xe else ''}  {detail}", flush=True)
         del wt
+    bits = BENCH_QUANT[0]
+    cfgs = [wg_with_bits(c, bits) for c in cfgs]
     if not WG_TIME_ALL:
         cfgs = [c for c in cfgs if (variant_key(WG_CU, c), c["_splits"], c["_full"]) not in failed]   # time the correct ones only
     if not bench:
         return ok_all
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
     for in_f, out_f in (BENCH_SHAPES if not quick else BENCH_SHAPES[:2]):
-        wt = Weights(4, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
+        wt = Weights(bits, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
         nq = _copies(wt.nbytes())
         qcopies = [(wt.w, wt.scales, wt.biases)] + [
             (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]

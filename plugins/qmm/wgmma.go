@@ -45,9 +45,9 @@ const (
 // qmmWGMMA is QMM's Hopper candidate: kernels/wg.cu, warp-specialised
 // wgmma with the weights dequantised to fp16 in registers (one rounding per
 // weight, 2^-11 relative) and x scaled per token by a power of two into
-// fp16. It serves 4-bit, group-64 weights at 33 or more tokens on compute
-// capability 9.0; the host times it against the tiled kernel and keeps the
-// faster.
+// fp16. It serves 4- and 8-bit weights in groups of 64 at 33 or more
+// tokens on compute capability 9.0; the host times it against the tiled
+// kernel and keeps the faster.
 type qmmWGMMA struct{}
 
 var _ sdk.Candidate = qmmWGMMA{}
@@ -68,7 +68,7 @@ func (qmmWGMMA) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 	if why := wgAdmit(req, hw); why != "" {
 		return sdk.Admission{Reason: why}
 	}
-	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("int4 g64 at %d tokens (≥ %d) on sm_90, %s", req.Tokens, wgMinTokens, chooseWG(req, hw.Multiprocessors).describe())}
+	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("int%d g64 at %d tokens (≥ %d) on sm_90, %s", req.Weight.Bits, req.Tokens, wgMinTokens, chooseWG(req, hw.Multiprocessors).describe())}
 }
 
 // wgAdmit says why kernels/wg.cu does not serve req on hw ("" when it does).
@@ -79,8 +79,8 @@ func wgAdmit(req sdk.Request, hw device.Profile) string {
 	if hw.ComputeCapability != "9.0" {
 		return fmt.Sprintf("needs compute capability 9.0 (wgmma and setmaxnreg are sm_90a instructions), the GPU has %s", hw.ComputeCapability)
 	}
-	if req.Weight.Bits != 4 || req.Weight.GroupSize != 64 {
-		return fmt.Sprintf("unpacks 4-bit weights in groups of 64, not bits=%d group_size=%d", req.Weight.Bits, req.Weight.GroupSize)
+	if (req.Weight.Bits != 4 && req.Weight.Bits != 8) || req.Weight.GroupSize != 64 {
+		return fmt.Sprintf("unpacks 4- or 8-bit weights in groups of 64, not bits=%d group_size=%d", req.Weight.Bits, req.Weight.GroupSize)
 	}
 	if req.InFeatures%128 != 0 {
 		return fmt.Sprintf("in_features=%d is not a multiple of 128 (scales are staged two groups at a time)", req.InFeatures)
@@ -151,6 +151,10 @@ type wgConfig struct {
 	// that adds its shares in shared memory (the CLUSTER macro): no fp32
 	// sums in the workspace and no reduce launch.
 	Cluster bool
+	// Bits is the weights' width, 4 or 8 (the BITS macro): 8-bit stages
+	// hold 4 groups of each row instead of 8, the same 256 bytes, copied
+	// by two warps instead of three (AW).
+	Bits int
 }
 
 // The variants QMM's Hopper candidate runs: 256-token tiles (the most
@@ -202,6 +206,13 @@ var (
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
+	c := chooseWGTile(req, sms)
+	c.Bits = req.Weight.Bits
+	return c
+}
+
+// chooseWGTile is chooseWG's tiles and shares, the same at 4 and 8 bits.
+func chooseWGTile(req sdk.Request, sms int) wgConfig {
 	blocks := func(c wgConfig) int { return ceilDiv(req.OutFeatures, 64*c.WGS) * ceilDiv(req.Tokens, c.BN) }
 	groups := req.InFeatures / 64
 	tile, pairs := wgNarrow, wgNarrowPairs
@@ -251,6 +262,12 @@ func (c wgConfig) variant() gpukernel.Variant {
 	if c.Cluster {
 		defines["CLUSTER"] = c.Splits
 	}
+	if c.Bits == 8 {
+		// Two weight-copying warps, not three: at 8 bits they fed the
+		// consumers faster in 5 of 6 timed cells, by up to 1.6×
+		// (bench/NOTES.md, thirteenth session).
+		defines["BITS"], defines["AW"] = 8, 2
+	}
 	return gpukernel.Variant{Entry: wgEntry, ArchSpecific: true, Defines: defines}
 }
 
@@ -259,9 +276,14 @@ func (c wgConfig) variant() gpukernel.Variant {
 func (c wgConfig) stageBytes() int { return 4 * c.BN * 32 }
 
 // sharedBytes is the main kernel's dynamic shared memory: the x ring and
-// the weight ring (rows padded to 288 bytes, then 8 scales and 8 biases).
+// the weight ring (rows of 256 bytes padded to 288, then 8 scales and 8
+// biases; at 8 bits padded to 320, then 4 and 4).
 func (c wgConfig) sharedBytes() int {
-	return c.Stages*c.stageBytes() + c.AST*64*c.WGS*(8*32+32+32)
+	groups, row := 8, 8*32+32 // AG and AROW_BYTES in wg.cu
+	if c.Bits == 8 {
+		groups, row = 4, 4*64+64
+	}
+	return c.Stages*c.stageBytes() + c.AST*64*c.WGS*(row+4*groups)
 }
 
 func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) }
@@ -349,5 +371,5 @@ func (c wgConfig) describe() string {
 	if c.Cluster {
 		cluster = " in clusters"
 	}
-	return fmt.Sprintf("wgmma BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d", c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full)
+	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full)
 }

@@ -24,7 +24,28 @@ func int4Request(tokens, in, out int) sdk.Request {
 func TestWGMMAAdmitsHopperInt4G64ManyTokens(t *testing.T) {
 	adm := qmmWGMMA{}.Admit(int4Request(256, 4096, 14336), hopper())
 	require.True(t, adm.Admitted, adm.Reason)
-	assert.Contains(t, adm.Reason, "wgmma BN=256")
+	assert.Contains(t, adm.Reason, "wgmma BITS=4 BN=256")
+}
+
+// 8-bit weights in groups of 64 run the same tiles and shares with the
+// BITS macro: stages of 4 groups (the same 256 bytes of each row), rows
+// padded to 320 bytes against bank conflicts.
+func TestWGMMAServesInt8G64(t *testing.T) {
+	q8 := plugintest.AffineRequest(256, 4096, 14336, 8, 64, false)
+	adm := qmmWGMMA{}.Admit(q8, hopper())
+	require.True(t, adm.Admitted, adm.Reason)
+	assert.Contains(t, adm.Reason, "int8 g64")
+	for _, req := range []sdk.Request{q8, plugintest.AffineRequest(64, 4096, 4096, 8, 64, false),
+		plugintest.AffineRequest(4096, 14336, 4096, 8, 64, true)} {
+		c, c4 := chooseWG(req, 132), chooseWG(int4Request(req.Tokens, req.InFeatures, req.OutFeatures), 132)
+		assert.Equal(t, 8, c.variant().Defines["BITS"], req.Key())
+		assert.Equal(t, 2, c.variant().Defines["AW"], "two weight-copying warps at 8 bits")
+		assert.NotContains(t, c4.variant().Defines, "BITS", "4-bit variants keep their cache keys")
+		c4.Bits = 8
+		assert.Equal(t, c4, c, "the same tiles and shares as at 4 bits: %s", req.Key())
+		assert.Equal(t, c.Stages*c.stageBytes()+c.AST*64*c.WGS*(4*64+64+4*4), c.sharedBytes())
+		assert.LessOrEqual(t, c.sharedBytes()+8*2*(c.Stages+c.AST)+4*c.BN+2*64*c.WGS, 232448, "fits the opt-in shared memory")
+	}
 }
 
 // The measured rule: the token tile (256, 128 or 64 tokens) in pairs,
@@ -76,7 +97,7 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 	ampere := hopper()
 	ampere.ComputeCapability = "8.0"
 	cpu := device.Profile{Kind: device.CPU}
-	q8 := plugintest.AffineRequest(256, 4096, 4096, 8, 64, false)
+	q6 := plugintest.AffineRequest(256, 4096, 4096, 6, 64, false)
 	g32 := plugintest.AffineRequest(256, 4096, 4096, 4, 32, false)
 	cases := []struct {
 		name string
@@ -86,7 +107,7 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 	}{
 		{"cpu", int4Request(256, 4096, 4096), cpu, "needs a CUDA device"},
 		{"ampere", int4Request(256, 4096, 4096), ampere, "compute capability 9.0"},
-		{"8 bits", q8, hopper(), "bits=8"},
+		{"6 bits", q6, hopper(), "bits=6"},
 		{"group 32", g32, hopper(), "group_size=32"},
 		{"odd groups", int4Request(256, 2880, 4096), hopper(), "in_features=2880 is not a multiple of 128"},
 		{"few tokens", int4Request(32, 4096, 4096), hopper(), "33 or more tokens, not 32"},

@@ -70,6 +70,9 @@ func GPURequests() []sdk.Request {
 		a(400, 4096, 1032, 4, 64, false), // the same over two token tiles, the second partial
 		a(96, 4096, 2056, 4, 64, true),   // 128-token tiles in pairs, a partial row block
 		a(72, 2048, 4104, 4, 64, false),  // 128-token tiles, K in two shares a cluster, a partial row block
+		a(48, 4096, 4104, 8, 64, false),  // qmm/wgmma at 8 bits: 64-token tiles in pairs, a partial row block
+		a(160, 2048, 1032, 8, 64, true),  // 8 bits: 256-token tiles, K in two shares a cluster
+		a(300, 1152, 2048, 8, 64, false), // 8 bits: 18 groups (scales copied in pairs), two token tiles
 		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts

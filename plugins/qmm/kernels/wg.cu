@@ -1,6 +1,7 @@
-// wg.cu: wgmma (sm_90a) kernel for the affine family at many tokens, int4
-// group 64: QMM's Hopper candidate (plugins/qmm/wgmma.go). Checked and timed
-// standalone by `python3 scripts/affine_kernels.py --wg`.
+// wg.cu: wgmma (sm_90a) kernel for the affine family at many tokens, 4- or
+// 8-bit weights (BITS) in groups of 64: QMM's Hopper candidate
+// (plugins/qmm/wgmma.go). Checked and timed standalone by
+// `python3 scripts/affine_kernels.py --wg`.
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
@@ -62,13 +63,17 @@
 //   one warp alone could not keep the consumers fed: bench/NOTES.md, ninth
 //   session, 3-18 % slower on eight of ten shape and token cells at 256
 //   and 4096 tokens).
+//   With BITS 8 a weight stage holds AG = 4 groups, the same 256 bytes of
+//   each row.
 //   A slot is refilled once every consumer warp has arrived on its "empty"
 //   mbarrier. WGS consumer warpgroups each own 64 rows and share the x tile.
 //   A (weights) comes from registers: each warp owns 16 rows with the
 //   mma.m16n8k16 A fragment; a lane's quad position tig owns a 16-value run
 //   of each group, whose nibble pairs (j, j+4) of a word become fp16 pairs
 //   by lop3 with 0x6400 (1024 + q, or 1024 + 16q for the odd nibbles, which
-//   saves the shifts) and one exact fma to q.
+//   saves the shifts) and one exact fma to q; with BITS 8, byte j of two
+//   words (values j and j+4 of a run of 8) by prmt, then the same lop3
+//   and fma.
 //   B (x) is in shared memory without swizzle, as 8x8 core matrices (8
 //   tokens x 8 k, 16 bytes per token): LBO (next 8 k) = 128 B, SBO (next 8
 //   tokens) = 256 B; one k16 step of BN tokens is BN*32 bytes.
@@ -78,12 +83,13 @@
 //   wgmma.wait_group FSETS - 1 has just freed, with its x slot.
 //
 // MACROS: BN (64, 128 or 256 tokens per CTA; 16- and 32-token tiles were
-// timed and lost to the stream kernel at 9-32 tokens, bench/NOTES.md), STAGES (>= FSETS x slots), WGS
-// (1..3 consumer warpgroups, 64 rows each), AST (weight slots of AG = 8
-// groups), FSETS (2 or 3 A fragment sets), AW (1..3 weight-copying warps,
-// default 3), CLUSTER (0, or 2 or 4 K shares of a tile per thread-block
-// cluster; clusters of four 216 KB blocks measured twice as slow on the
-// H200, as if they could not all be placed at once: bench/NOTES.md).
+// timed and lost to the stream kernel at 9-32 tokens, bench/NOTES.md),
+// STAGES (>= FSETS x slots), WGS (1..3 consumer warpgroups, 64 rows each),
+// AST (weight slots of AG groups), FSETS (2 or 3 A fragment sets), AW
+// (1..3 weight-copying warps, default 3), BITS (4 or 8), CLUSTER (0, or 2
+// or 4 K shares of a tile per thread-block cluster; clusters of four
+// 216 KB blocks measured twice as slow on the H200, as if they could not
+// all be placed at once: bench/NOTES.md).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -143,8 +149,18 @@ typedef unsigned long long u64;
 #define STAGE_BYTES XT_BYTES                 // one group of x per stage
 #define NACC (BN / 2)                        // fp32 accumulators per thread
 #define ROWS (64 * WGS)                      // weight rows per CTA
-#define AG 8                                 // groups per weight stage
-#define AROW_BYTES (AG * 32 + 32)            // one row of a weight stage, padded against bank conflicts
+#ifndef BITS
+#define BITS 4
+#endif
+#if BITS != 4 && BITS != 8
+#error "BITS must be 4 or 8"
+#endif
+#define GB (8 * BITS)                        // bytes of one row's group of 64 weights
+#define AG (256 / GB)                        // groups per weight stage: 256 bytes of each row
+// One row of a weight stage, padded so that the 8 rows a quarter (BITS 8,
+// 16-byte reads) or half (BITS 4, 8-byte reads) of a warp reads fall in
+// different banks.
+#define AROW_BYTES (AG * GB + (BITS == 8 ? 64 : 32))
 #define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][AG] and biases [ROWS][AG], bf16
 #define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * AG))
 #define SMEM_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
@@ -178,6 +194,9 @@ typedef unsigned long long u64;
 
 #define KC_DEV __device__ __forceinline__
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
+#if BITS == 8
+struct kc_words { uint4 lo, hi; };   // a lane's words of one group: rows rl0 and rl0 + 8
+#endif
 
 KC_DEV float kc_bf16(u32 h) { return __uint_as_float(h << 16); }
 // Nibbles under mask (0x000F000F or 0x00F000F0) of w as an fp16 pair:
@@ -186,6 +205,13 @@ KC_DEV u32 kc_nib16(u32 w, u32 mask) {
     u32 d;
     asm("lop3.b32 %0, %1, %2, 0x64006400, 0xEA;" : "=r"(d) : "r"(w), "r"(mask));
     return d;
+}
+// Byte j of a and byte j of b as an fp16 pair (1024 + a.j, 1024 + b.j),
+// a's in the lower half.
+template <int J> KC_DEV u32 kc_byte16(u32 a, u32 b) {
+    u32 t;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(t) : "r"(a), "r"(b), "n"(J | (J << 4) | ((4 + J) << 8) | ((4 + J) << 12)));
+    return kc_nib16(t, 0x00FF00FFu);
 }
 KC_DEV u32 kc_hfma2(u32 a, u32 b, u32 c) {
     u32 d;
@@ -376,6 +402,9 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
 KC_DEV void kc_cp16(u32 dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst), "l"(src) : "memory");
 }
+KC_DEV void kc_cp8(u32 dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" :: "r"(dst), "l"(src) : "memory");
+}
 KC_DEV void kc_cp4(u32 dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(dst), "l"(src) : "memory");
 }
@@ -556,36 +585,40 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             // have landed.
             // Rows past the end repeat the last row.
             const unsigned char* wsrc = reinterpret_cast<const unsigned char*>(weight);
-            const long long row_bytes = in_features / 2;
+            const long long row_bytes = (long long)in_features * BITS / 8;
             const int pl = (warp - (WGS * 4 + 1)) * 32 + lane;   // this lane among the AW warps' lanes
             for (int i = 0; i < n; i += AG) {
                 const int g = g0 + i, h = i / AG, as = h % AST, ng = min(AG, n - i);
                 if (h >= AST) kc_bar_wait(aempty0 + 8 * as, ((h / AST) + 1) & 1);
                 const u32 dst = abase + as * ASTAGE_BYTES;
-                const unsigned char* src = wsrc + g * 32;
+                const unsigned char* src = wsrc + (long long)g * GB;
+                constexpr int PG = GB / 16;   // 16-byte pieces of a row's group
                 if (ng == AG) {
 #pragma unroll 8
-                    for (int c = pl; c < ROWS * 2 * AG; c += 32 * AW) {
-                        const int r = c / (2 * AG), k = c % (2 * AG);
+                    for (int c = pl; c < ROWS * PG * AG; c += 32 * AW) {
+                        const int r = c / (PG * AG), k = c % (PG * AG);
                         const long long row = min(row0 + r, out_features - 1);
                         kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
                     }
                 } else {
-                    for (int c = pl; c < ROWS * 2 * ng; c += 32 * AW) {
-                        const int r = c / (2 * ng), k = c % (2 * ng);
+                    for (int c = pl; c < ROWS * PG * ng; c += 32 * AW) {
+                        const int r = c / (PG * ng), k = c % (PG * ng);
                         const long long row = min(row0 + r, out_features - 1);
                         kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
                     }
                 }
-                // Scales then biases, [ROWS][AG] each: 16-byte copies when
-                // every row's run is 16-byte aligned, else 4-byte ones
-                // (groups is even, so each pair of groups is).
+                // Scales then biases, [ROWS][AG] each: one 2*AG-byte copy
+                // per row when every row's run is that aligned, else 4-byte
+                // ones (groups is even, so each pair of groups is).
                 const u32 sdst = dst + ASCALE_OFF;
-                if (groups % 8 == 0) {
+                if (groups % AG == 0) {
                     for (int c = pl; c < 2 * ROWS; c += 32 * AW) {
                         const int arr = c / ROWS, r = c % ROWS;
                         const long long row = min(row0 + r, out_features - 1);
-                        kc_cp16(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
+                        if (AG == 8)
+                            kc_cp16(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
+                        else
+                            kc_cp8(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
                     }
                 } else {
                     const int pairs = ng / 2;
@@ -607,13 +640,22 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int g8 = lane >> 2, tig = lane & 3;
     const int rl0 = 64 * wg + 16 * wi + g8;          // local rows rl0 and rl0 + 8
     const unsigned char* abuf = smem + STAGES * STAGE_BYTES;
-    // This lane's words of group c for rows rl0 (.x .y) and rl0 + 8 (.z .w).
+    // This lane's words of group c (its 16-value run): with BITS 4 rows rl0
+    // (.x .y) and rl0 + 8 (.z .w), two words each; with BITS 8 four words
+    // of each row.
+#if BITS == 8
     auto words = [&](int c) {
-        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + rl0 * AROW_BYTES + (c % AG) * 32 + tig * 8;
+        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + rl0 * AROW_BYTES + (c % AG) * GB + tig * 16;
+        return kc_words{*reinterpret_cast<const uint4*>(a), *reinterpret_cast<const uint4*>(a + 8 * AROW_BYTES)};
+    };
+#else
+    auto words = [&](int c) {
+        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + rl0 * AROW_BYTES + (c % AG) * GB + tig * 8;
         const uint2 lo = *reinterpret_cast<const uint2*>(a);
         const uint2 hi = *reinterpret_cast<const uint2*>(a + 8 * AROW_BYTES);
         return uint4{lo.x, lo.y, hi.x, hi.y};
     };
+#endif
     // Scales (.x rl0, .y rl0 + 8) and biases (.z, .w) of group c.
     auto scaling = [&](int c) {
         const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + ASCALE_OFF + rl0 * (2 * AG) + (c % AG) * 2;
@@ -626,8 +668,31 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
 
-    // Group c's A fragments as fp16 weights s*q + b (one rounding): pair j
-    // of word w holds nibbles (j, j+4); odd j are read as 1024 + 16q.
+    // Group c's A fragments as fp16 weights s*q + b (one rounding). Each
+    // run of 8 values (k .. k+7) gives pairs j = 0..3 of values (k+j,
+    // k+j+4): with BITS 4 nibbles (j, j+4) of one word, odd j read as
+    // 1024 + 16q; with BITS 8 byte j of its first word and byte j of its
+    // second.
+#if BITS == 8
+    auto dequant = [&](u32 (&fa)[16], const kc_words cw, const uint4 sc) {
+        const u32 s0 = kc_f16x2(kc_bf16(sc.x), kc_bf16(sc.x)), s1 = kc_f16x2(kc_bf16(sc.y), kc_bf16(sc.y));
+        const u32 b0 = kc_f16x2(kc_bf16(sc.z), kc_bf16(sc.z)), b1 = kc_f16x2(kc_bf16(sc.w), kc_bf16(sc.w));
+        const u32 one = 0x3C003C00u, m1024 = 0xE400E400u;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {   // values 0..7 of the run (k16 steps 0, 1), then 8..15 (steps 2, 3)
+            const u32 sr[2] = {s0, s1}, br[2] = {b0, b1};
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const uint4 w = r ? cw.hi : cw.lo;
+                const u32 a = h ? w.z : w.x, b = h ? w.w : w.y;
+                fa[8 * h + r] = kc_hfma2(kc_hfma2(kc_byte16<0>(a, b), one, m1024), sr[r], br[r]);
+                fa[8 * h + 2 + r] = kc_hfma2(kc_hfma2(kc_byte16<1>(a, b), one, m1024), sr[r], br[r]);
+                fa[8 * h + 4 + r] = kc_hfma2(kc_hfma2(kc_byte16<2>(a, b), one, m1024), sr[r], br[r]);
+                fa[8 * h + 6 + r] = kc_hfma2(kc_hfma2(kc_byte16<3>(a, b), one, m1024), sr[r], br[r]);
+            }
+        }
+    };
+#else
     auto dequant = [&](u32 (&fa)[16], const uint4 cw, const uint4 sc) {
         const u32 s0 = kc_f16x2(kc_bf16(sc.x), kc_bf16(sc.x)), s1 = kc_f16x2(kc_bf16(sc.y), kc_bf16(sc.y));
         const u32 b0 = kc_f16x2(kc_bf16(sc.z), kc_bf16(sc.z)), b1 = kc_f16x2(kc_bf16(sc.w), kc_bf16(sc.w));
@@ -651,6 +716,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             }
         }
     };
+#endif
 
     // One group: its wgmmas (fragments cur, x slot of grp) go in flight;
     // then the group FSETS - 1 back is waited for, which frees its x slot
@@ -677,7 +743,8 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         if (grp + 1 < n) {
             const int h = (grp + 1) / AG;
             if ((grp + 1) % AG == 0) kc_bar_wait(afull0 + 8 * (h % AST), (h / AST) & 1);
-            const uint4 cw = words(grp + 1), sc = scaling(grp + 1);
+            const auto cw = words(grp + 1);
+            const uint4 sc = scaling(grp + 1);
             if (grp % AG == AG - 1) {   // the stage holding grp is read in full
                 __syncwarp();
                 if (lane == 0) kc_bar_arrive(aempty0 + 8 * ((grp / AG) % AST));
