@@ -6,7 +6,7 @@
     internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
     internal/affinegpu/kernels/bulk.cu   affine_bulk  (4/8-bit weights fed by tensor copies, 1..16
                                    tokens; gemv/bulk serves it at 1 token, qmm/bulk at 9..16 in K slices)
-    plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, int4 g64, 33+ tokens)
+    plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, 4 or 8 bits g64, 33+ tokens)
 
 Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
 
@@ -1314,7 +1314,7 @@ def sweep_configs(bits, group, t, in_f, out_f):
 
 
 # -----------------------------------------------------------------------------
-# The Hopper wgmma kernel (plugins/qmm/kernels/wg.cu, candidate qmm/wgmma), int4 group 64.
+# The Hopper wgmma kernel (plugins/qmm/kernels/wg.cu, candidate qmm/wgmma), 4 or 8 bits, group 64.
 # -----------------------------------------------------------------------------
 
 def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16, fsets: int = 0,

@@ -7,8 +7,8 @@
 // qmm/stream (internal/affinegpu/kernels/stream.cu, 9 to 32 tokens of 4- or
 // 8-bit weights), qmm/bulk (internal/affinegpu/kernels/bulk.cu in K slices
 // on compute capability 9.0, 9 to 16 tokens of 4-bit weights) and
-// qmm/wgmma (kernels/wg.cu on compute capability 9.0, 4-bit group-64
-// weights at 33 or more tokens).
+// qmm/wgmma (kernels/wg.cu on compute capability 9.0, 4- and 8-bit
+// group-64 weights at 33 or more tokens).
 package main
 
 import (

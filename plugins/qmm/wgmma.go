@@ -142,10 +142,10 @@ type wgConfig struct {
 	BN     int // tokens per block
 	Stages int // x ring slots (one group each)
 	WGS    int // consumer warpgroups, 64 weight rows each
-	AST    int // weight ring slots (8 groups each)
+	AST    int // weight ring slots (8 groups each, 4 at 8 bits)
 	FSets  int // A fragment sets: groups in flight while the next is dequantised
 	Band   int // row blocks per raster band
-	Splits int // blocks sharing a split tile along K (a launch setting, not a macro)
+	Splits int // blocks sharing a split tile along K (a launch setting; with Cluster also the CLUSTER macro)
 	Full   int // leading tiles computed whole before the split ones (a launch setting)
 	// Cluster makes a split tile's Splits blocks one thread-block cluster
 	// that adds its shares in shared memory (the CLUSTER macro): no fp32
@@ -181,14 +181,14 @@ var (
 
 // chooseWG picks the token tile first: 256 tokens above 128 tokens, else
 // 128 above 64, else 64. When four K shares of that tile's blocks would
-// fit one wave (each share at least two weight stages), it runs the tile
-// in pairs (wgWidePairs and the others above): at 256 tokens 4096² took
+// fit one wave (each share at least 16 groups), it runs the tile in pairs
+// (wgWidePairs and the others above): at 256 tokens 4096² took
 // 23.0–23.2 µs against 28.4–29.1 for 32 blocks × 4 shares, 14336→4096
 // within 1 %; at 64 and 128 tokens the pairs took 4096² from 28.8–29.4 µs
 // (one block per tile) to 17.1–19.2, 14336→4096 from 88–93 to 39–44, and
 // 8192→4096 from 53–54 to 26–29.
 // Else, when two K shares of the tile's blocks fit one wave (each share
-// at least two weight stages), it splits K in 2 with each tile's two
+// at least 16 groups), it splits K in 2 with each tile's two
 // blocks a cluster (28672→8192 at 64 tokens 100.7 µs against 173.2 for
 // one block per tile, at 128 tokens 130.5 against 190.5 for 64-token
 // tiles; at 256 tokens the same as the shares' sums through memory,
@@ -203,6 +203,10 @@ var (
 // cost as much, a tie).
 // From 65 to 128 tokens, unsplit, it picks 128-token tiles when those give
 // more than one block per two multiprocessors, else 64-token tiles.
+// "Fits one wave" counts multiprocessors, not resident clusters: on the
+// H200 two-block clusters of up to 222 KB blocks all fit (the pairs and
+// two-share clusters time as one wave there); on parts whose GPCs have an
+// odd number of free SMs, fewer may.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
 func chooseWG(req sdk.Request, sms int) wgConfig {
@@ -213,6 +217,7 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 
 // chooseWGTile is chooseWG's tiles and shares, the same at 4 and 8 bits.
 func chooseWGTile(req sdk.Request, sms int) wgConfig {
+	sms = max(sms, 1) // a profile without a multiprocessor count: plan for one
 	blocks := func(c wgConfig) int { return ceilDiv(req.OutFeatures, 64*c.WGS) * ceilDiv(req.Tokens, c.BN) }
 	groups := req.InFeatures / 64
 	tile, pairs := wgNarrow, wgNarrowPairs

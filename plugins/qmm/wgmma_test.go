@@ -93,6 +93,18 @@ func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 	}
 }
 
+// A profile without a multiprocessor count (a remote device that did not
+// report one) plans for one instead of dividing by zero.
+func TestChooseWGWithoutMultiprocessors(t *testing.T) {
+	hw := hopper()
+	hw.Multiprocessors = 0
+	for _, req := range []sdk.Request{int4Request(256, 8192, 28672), int4Request(64, 4096, 4096), int4Request(4096, 4096, 4096)} {
+		require.NotPanics(t, func() { qmmWGMMA{}.Admit(req, hw) }, req.Key())
+		c := chooseWG(req, 0)
+		assert.Equal(t, 1, c.Splits, "one multiprocessor: nothing to split for, %s", req.Key())
+	}
+}
+
 func TestWGMMARefusalsSayWhy(t *testing.T) {
 	ampere := hopper()
 	ampere.ComputeCapability = "8.0"
@@ -186,12 +198,15 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 			// blocks of 64 in pairs; 200 tokens 2048→4096: 32 row blocks
 			// of 128. Each tile's two blocks are a cluster, which adds
 			// the shares itself.
-			want := map[int][]int{33: {1, 64}, 200: {1, 17}}[req.Tokens]
-			if req.InFeatures == 2048 {
-				want = []int{2, 32}
+			wgs, rowBlocks := 1, 64 // 33 tokens 4096²
+			switch {
+			case req.InFeatures == 2048:
+				wgs, rowBlocks = 2, 32
+			case req.Tokens == 200:
+				rowBlocks = 17
 			}
-			assert.Equal(t, []int{want[0], 2, 0}, []int{c.WGS, c.Splits, c.Full}, req.Key())
-			assert.Equal(t, uint32(want[1]*2), main.Grid[0], req.Key())
+			assert.Equal(t, []int{wgs, 2, 0}, []int{c.WGS, c.Splits, c.Full}, req.Key())
+			assert.Equal(t, uint32(rowBlocks*2), main.Grid[0], req.Key())
 			assert.Nil(t, l.reduce, "a cluster writes y itself")
 			continue
 		}

@@ -59,7 +59,7 @@ func GPURequests() []sdk.Request {
 		a(12, 4096, 4096, 8, 32, false),
 		a(24, 2048, 8192, 4, 128, true),
 		a(29, 5120, 1032, 4, 64, false),
-		// the Hopper wgmma kernel: int4 g64, 33+ tokens, partial tiles,
+		// the Hopper wgmma kernel: 4 (and below, 8) bits g64, 33+ tokens, partial tiles,
 		// groups not a multiple of 8 (1152, 640), out not a multiple of 128,
 		// each of its 64-, 128- and 256-token tiles
 		a(65, 1152, 1032, 4, 64, true),
@@ -73,6 +73,7 @@ func GPURequests() []sdk.Request {
 		a(48, 4096, 4104, 8, 64, false),  // qmm/wgmma at 8 bits: 64-token tiles in pairs, a partial row block
 		a(160, 2048, 1032, 8, 64, true),  // 8 bits: 256-token tiles, K in two shares a cluster
 		a(300, 1152, 2048, 8, 64, false), // 8 bits: 18 groups (scales copied in pairs), two token tiles
+		a(256, 4096, 1032, 8, 64, false), // 8 bits: 256-token tiles in pairs
 		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts

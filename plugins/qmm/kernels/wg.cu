@@ -136,7 +136,7 @@ typedef unsigned long long u64;
 #endif
 #define GROUP 64
 #ifndef CLUSTER
-#define CLUSTER 0   // > 0: the K shares of a tile are one thread-block cluster that sums them in shared memory (see METHOD)
+#define CLUSTER 0   // > 0: the K shares of a tile are one thread-block cluster that sums them in shared memory (see affine_wg's epilogue)
 #endif
 #if CLUSTER != 0 && CLUSTER != 2 && CLUSTER != 4
 #error "CLUSTER must be 0, 2 or 4"
@@ -157,9 +157,9 @@ typedef unsigned long long u64;
 #endif
 #define GB (8 * BITS)                        // bytes of one row's group of 64 weights
 #define AG (256 / GB)                        // groups per weight stage: 256 bytes of each row
-// One row of a weight stage, padded so that the 8 rows a quarter (BITS 8,
-// 16-byte reads) or half (BITS 4, 8-byte reads) of a warp reads fall in
-// different banks.
+// One row of a weight stage, padded so that the rows a quarter warp (BITS
+// 8, 16-byte reads: 2 rows) or half warp (BITS 4, 8-byte reads: 4 rows)
+// reads at once fall in different banks.
 #define AROW_BYTES (AG * GB + (BITS == 8 ? 64 : 32))
 #define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][AG] and biases [ROWS][AG], bf16
 #define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * AG))
@@ -326,7 +326,7 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
             for (int r = 0; r < real; ++r)
                 kc_bulk(kc_smem(xrows) + r * row_bytes, x + (long long)(tok0 + r) * in_features, row_bytes, sbar);
         }
-        if (splits > 1) {   // clear the tokens' split-K sums from output row_first on
+        if (CLUSTER == 0 && splits > 1) {   // clear the tokens' split-K sums from output row_first on (a cluster has none)
             const int per = (out_features - row_first) / 4;
             for (int i = tid; i < real * per; i += XPREP_THREADS) {
                 const int r = i / per;
@@ -530,8 +530,8 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int bsz = min(band, row_blocks - bid * band);
     const int row0 = (bid * band + rem % bsz) * ROWS, tile = rem / bsz;
     // This block's groups: [g0, g0 + n), an even share of whole weight
-    // stages (so scale copies stay 16-byte aligned); a share is empty only
-    // when there are fewer stages than splits.
+    // stages (so scale copies stay aligned to their 2*AG bytes); a share
+    // is empty only when there are fewer stages than splits.
     const int wstages = (groups + AG - 1) / AG;
     const int g0 = split * wstages / nsplit * AG;
     const int n = min(groups, (split + 1) * wstages / nsplit * AG) - g0;
@@ -540,9 +540,16 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // A cluster is the shares of one tile (or whole tiles, which do not
     // talk), and every share has groups: else blocks would write into one
     // that has exited. The plan guarantees both; a wrong launch stops here.
-    if (splits != CLUSTER || full % CLUSTER != 0 || n <= 0) asm volatile("trap;");
+    u32 rank;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    if (splits != CLUSTER || full % CLUSTER != 0 || n <= 0 || rank != (u32)split) asm volatile("trap;");
 #endif
     if (n <= 0) return;
+    {   // the launch must give the rings their bytes (wgmma.go's sharedBytes mirrors SMEM_BYTES)
+        u32 dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < SMEM_BYTES) asm volatile("trap;");
+    }
 
     const u32 sbase = kc_smem(smem), abase = sbase + STAGES * STAGE_BYTES;
     const u32 full0 = kc_smem(&bars[0]), empty0 = full0 + 8 * STAGES;
