@@ -183,13 +183,13 @@ var (
 // 128 above 64, else 64. When four K shares of that tile's blocks would
 // fit one wave (each share at least 16 groups), it runs the tile in pairs
 // (wgWidePairs and the others above): at 256 tokens 4096² took
-// 23.0–23.2 µs against 28.4–29.1 for 32 blocks × 4 shares, 14336→4096
+// 23.0–23.3 µs against 28.4–29.6 for 32 blocks × 4 shares, 14336→4096
 // within 1 %; at 64 and 128 tokens the pairs took 4096² from 28.8–29.4 µs
 // (one block per tile) to 17.1–19.2, 14336→4096 from 88–93 to 39–44, and
 // 8192→4096 from 53–54 to 26–29.
 // Else, when two K shares of the tile's blocks fit one wave (each share
-// at least 16 groups), it splits K in 2 with each tile's two
-// blocks a cluster (28672→8192 at 64 tokens 100.7 µs against 173.2 for
+// at least 16 groups), it splits K in 2 with each tile's two blocks a
+// cluster (28672→8192 at 64 tokens 100.7 µs against 173.2 for
 // one block per tile, at 128 tokens 130.5 against 190.5 for 64-token
 // tiles; at 256 tokens the same as the shares' sums through memory,
 // 197–207 µs either way, with one launch fewer and a result that does not
