@@ -1342,7 +1342,18 @@ def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 
 
 
 def wg_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
-    """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go): the
+    """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go):
+    wg_tile_rule's tiles and shares, with x prepared in two kernels (xmax,
+    then xconv; the _xtwo key) at up to 256 tokens and 8192 input
+    features, else by xprep."""
+    cfg = wg_tile_rule(tokens, out_f, sms, in_f)
+    if tokens <= 256 and in_f <= 8192:
+        cfg["_xtwo"] = 1
+    return cfg
+
+
+def wg_tile_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
+    """chooseWGTile in plugins/qmm/wgmma.go: the
     token tile (256 tokens above 128, else 128 above 64, else 64) in pairs
     (64-row tiles in 2 K shares summed within a cluster) where 4 shares of
     its blocks would fit one wave, each at least 16 groups; else the tile's
@@ -1457,7 +1468,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits), dtype=torch.uint8, device="cuda")
     reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 and not cluster else None
     smem = wg_smem(cfg)
-    xprep = get_kernel(WG_CU, cfg, 4 * in_f, name="affine_wg_xprep")
+    xprep = get_kernel(WG_CU, cfg, 2 * cfg.get("XPREP_TOKENS", 2) * in_f, name="affine_wg_xprep")
     main = get_kernel(WG_CU, cfg, smem)
     w = wt.w if w is None else w
     scales = wt.scales if scales is None else scales
@@ -1480,8 +1491,16 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     # The plugin launches main and reduce with early start (wg.cu,
     # kc_grid_wait); so does this, unless --no-pdl.
     launch_early = launch_programmatic if WG_PDL else (lambda k, g, b, a, shared_mem=0: k(g, b, a, shared_mem=shared_mem))
-    parts = [("xprep", lambda: xprep((tiles * bn // 2, 1, 1), (128, 1, 1), args_xprep, shared_mem=4 * in_f)),
+    xt, xthreads = cfg.get("XPREP_TOKENS", 2), cfg.get("XPREP_THREADS", 128)
+    parts = [("xprep", lambda: xprep((tiles * bn // xt, 1, 1), (xthreads, 1, 1), args_xprep, shared_mem=2 * xt * in_f)),
              ("main", lambda: launch_early(main, (grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
+    if cfg.get("_xtwo"):   # the scales by affine_wg_xmax, then the conversion by affine_wg_xconv (early start)
+        xmax = get_kernel(WG_CU, cfg, 0, name="affine_wg_xmax")
+        xconv = get_kernel(WG_CU, cfg, 0, name="affine_wg_xconv")
+        items = tiles * bn * (in_f // 64) * 2
+        args_conv = (p(x), p(xp), np.int32(tokens), np.int32(in_f))
+        parts = [("xmax", lambda: xmax((tiles * bn, 1, 1), (256, 1, 1), args_xprep)),
+                 ("xconv", lambda: launch_early(xconv, (-(-items // 256), 1, 1), (256, 1, 1), args_conv))] + parts[1:]
     if reduce is not None:
         parts.append(("reduce", lambda: launch_early(reduce, (min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1),
                                                      args_reduce)))

@@ -50,7 +50,8 @@ def main():
         again = ak.time_launches([r for r, _ in runs])
         label = f"S={cfg['_splits']} full={cfg['_full']} BN={cfg['BN']}" + "".join(f" {k}={v}" for k, v in extra.items())
         print(f"{in_f:6d}->{out_f:<6d} {t:5d} | {label:24s} | " + " ".join(
-            f"{times.get(k, 0) * 1e6:{7 if k == 'main' else 6}.1f}" for k in ("xprep", "main", "reduce"))
+            f"{(times.get(k, 0) + (times.get('xmax', 0) + times.get('xconv', 0) if k == 'xprep' else 0)) * 1e6:{7 if k == 'main' else 6}.1f}"
+            for k in ("xprep", "main", "reduce"))
             + f" {sum(times.values()) * 1e6:7.1f} {call * 1e6:7.1f} {again * 1e6:7.1f}", flush=True)
         del runs, copies, wt
         torch.cuda.empty_cache()

@@ -23,6 +23,15 @@ const (
 	wgEntry = "affine_wg"
 	// wgXPrepEntry writes the token scales and the fp16 copy of x.
 	wgXPrepEntry = "affine_wg_xprep"
+	// wgXMaxEntry and wgXConvEntry do xprep's work in two kernels: the
+	// token scales, then the fp16 copy of x.
+	wgXMaxEntry, wgXConvEntry = "affine_wg_xmax", "affine_wg_xconv"
+	// wgXMaxThreads and wgXConvThreads are their blocks (XMAX_THREADS,
+	// XCONV_THREADS in wg.cu).
+	wgXMaxThreads, wgXConvThreads = 256, 256
+	// wgSplitPrepTokens and wgSplitPrepInFeatures bound where x is
+	// prepared in two kernels (chooseWG).
+	wgSplitPrepTokens, wgSplitPrepInFeatures = 256, 8192
 	// wgReduceEntry writes y from the split-K sums.
 	wgReduceEntry = "affine_wg_reduce"
 	// wgReduceThreads is affine_wg_reduce's block; wgReduceBlocks caps its
@@ -114,12 +123,16 @@ func (qmmWGMMA) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights
 	if err != nil {
 		return nil, err
 	}
-	xprep, err := main.Sibling(wgXPrepEntry)
-	if err != nil {
-		return nil, err
-	}
 	l := cfg.launches(req)
-	steps := []gpukernel.Step{{Kernel: xprep, Launch: l.xprep}, {Kernel: main, Launch: l.main}}
+	var steps []gpukernel.Step
+	for _, p := range l.prep {
+		k, err := main.Sibling(p.entry)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, gpukernel.Step{Kernel: k, Launch: p.launch})
+	}
+	steps = append(steps, gpukernel.Step{Kernel: main, Launch: l.main})
 	if l.reduce != nil {
 		reduce, err := main.Sibling(wgReduceEntry)
 		if err != nil {
@@ -155,6 +168,9 @@ type wgConfig struct {
 	// hold 4 groups of each row instead of 8, the same 256 bytes, copied
 	// by two warps instead of three (AW).
 	Bits int
+	// SplitPrep prepares x in two kernels (affine_wg_xmax, then
+	// affine_wg_xconv with early start) instead of affine_wg_xprep.
+	SplitPrep bool
 }
 
 // The variants QMM's Hopper candidate runs: 256-token tiles (the most
@@ -209,9 +225,16 @@ var (
 // odd number of free SMs, fewer may.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
+// x is prepared in two kernels at up to 256 tokens and 8192 input
+// features: same-call A/B against xprep, µs, 4096² 21.8–21.9 against
+// 23.2–24.1 at 256 tokens, 15.5 against 17.2 at 64, 17.6 against 19.0–19.2
+// at 128; 4096→14336 and 8192→28672 at 256 tokens 2–5 µs less. At 14336
+// input features it was even (256 tokens) or 1–3 µs slower (128), and at
+// 4096 tokens slower everywhere (x is read twice).
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	c := chooseWGTile(req, sms)
 	c.Bits = req.Weight.Bits
+	c.SplitPrep = req.Tokens <= wgSplitPrepTokens && req.InFeatures <= wgSplitPrepInFeatures
 	return c
 }
 
@@ -323,13 +346,21 @@ func (c wgConfig) mainBlocks(req sdk.Request) int {
 
 // wgLaunches are the launches of one call, in stream order.
 type wgLaunches struct {
-	xprep  gpukernel.Launch  // each token's power-of-two scale, x / scale in fp16 in the B layout, cleared sums
+	// prep: each token's power-of-two scale, x / scale in fp16 in the B
+	// layout, cleared sums (xprep, or xmax then xconv)
+	prep   []wgPrepLaunch
 	main   gpukernel.Launch  // the product
 	reduce *gpukernel.Launch // with sums in memory: y from them
 }
 
-// launches are the xprep, main and (split K outside a cluster) reduce
-// kernels' launches for req.
+// wgPrepLaunch is one launch of x's preparation and its entry point.
+type wgPrepLaunch struct {
+	entry  string
+	launch gpukernel.Launch
+}
+
+// launches are the preparation (xprep, or xmax and xconv), main and
+// (split K outside a cluster) reduce kernels' launches for req.
 func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	tiles := c.tiles(req)
 	bias := gpukernel.NullPointer
@@ -344,15 +375,27 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 		clearSums = splits
 	}
 	var l wgLaunches
-	l.xprep = gpukernel.Launch{
-		Grid: [3]uint32{uint32(tiles * c.BN / wgXPrepTokens), 1, 1}, Block: [3]uint32{wgXPrepThreads, 1, 1},
-		SharedBytes: uint32(wgXPrepTokens * 2 * req.InFeatures),
-		Params:      []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, clearSums, rowFirst},
+	x := sdk.BufferParam(affine.X)
+	prepParams := []sdk.Param{x, ws, tok, in, out, clearSums, rowFirst}
+	if c.SplitPrep {
+		// xconv starts early and waits for xmax's scales (wg.cu).
+		items := tiles * c.BN * (req.InFeatures / 64) * 2
+		l.prep = []wgPrepLaunch{
+			{wgXMaxEntry, gpukernel.Launch{Grid: [3]uint32{uint32(tiles * c.BN), 1, 1}, Block: [3]uint32{wgXMaxThreads, 1, 1},
+				Params: prepParams}},
+			{wgXConvEntry, gpukernel.Launch{Grid: [3]uint32{uint32(ceilDiv(items, wgXConvThreads)), 1, 1},
+				Block: [3]uint32{wgXConvThreads, 1, 1}, Programmatic: true, Params: []sdk.Param{x, ws, tok, in}}},
+		}
+	} else {
+		l.prep = []wgPrepLaunch{{wgXPrepEntry, gpukernel.Launch{
+			Grid: [3]uint32{uint32(tiles * c.BN / wgXPrepTokens), 1, 1}, Block: [3]uint32{wgXPrepThreads, 1, 1},
+			SharedBytes: uint32(wgXPrepTokens * 2 * req.InFeatures), Params: prepParams,
+		}}}
 	}
 	// The main kernel and the reduction start early (programmatic
 	// dependent launch): the main kernel's weight copies and set-up
-	// overlap the end of xprep, and each waits for the kernel ahead of it
-	// before it reads the workspace (wg.cu, kc_grid_wait).
+	// overlap the end of the preparation, and each waits for the kernel
+	// ahead of it before it reads the workspace (wg.cu, kc_grid_wait).
 	l.main = gpukernel.Launch{
 		Grid: [3]uint32{uint32(c.mainBlocks(req)), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
 		SharedBytes: uint32(c.sharedBytes()), Programmatic: true,
@@ -376,5 +419,9 @@ func (c wgConfig) describe() string {
 	if c.Cluster {
 		cluster = " in clusters"
 	}
-	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full)
+	prep := "xprep"
+	if c.SplitPrep {
+		prep = "xmax+xconv"
+	}
+	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d prep=%s", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full, prep)
 }

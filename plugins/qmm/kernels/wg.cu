@@ -5,8 +5,8 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
-// Entry points, launched in this order on one stream (the main kernel and
-// the reduction with early start: see kc_grid_wait):
+// Entry points, launched in this order on one stream (the main kernel, the
+// reduction and affine_wg_xconv with early start: see kc_grid_wait):
 //   affine_wg_xprep(x, ws, tokens, in_features, out_features, splits, row_first)
 //     grid (ceil(tokens/BN) * BN / XPREP_TOKENS), block XPREP_THREADS,
 //     dynamic shared memory XPREP_TOKENS * in_features * 2 bytes (so
@@ -17,6 +17,14 @@
 //     in fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0. With splits > 1 it also
 //     clears the tokens' split-K sums of outputs row_first and up.
+//   or, the same work in two kernels (faster where x is small: few tokens
+//   and in_features, bench/NOTES.md, fourteenth session):
+//   affine_wg_xmax(x, ws, tokens, in_features, out_features, splits, row_first)
+//     grid (ceil(tokens/BN) * BN), block XMAX_THREADS: each token's sigma
+//     (0 past the end), and the split-K sums cleared as xprep does;
+//   affine_wg_xconv(x, ws, tokens, in_features)
+//     any grid, block XCONV_THREADS (grid-stride): x / sigma in fp16 into
+//     the stages, read straight from x with no staging.
 //   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits, full)
 //     grid (full + (T - full) * splits) with T = ceil(out/ROWS) *
 //     ceil(tokens/BN) tiles, block THREADS, dynamic shared memory
@@ -165,8 +173,12 @@ typedef unsigned long long u64;
 #define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * AG))
 #define SMEM_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
-#define XPREP_THREADS 128                    // affine_wg_xprep's block
+#ifndef XPREP_THREADS
+#define XPREP_THREADS 128                    // affine_wg_xprep's block (the plugin launches the default)
+#endif
+#ifndef XPREP_TOKENS
 #define XPREP_TOKENS 2                       // tokens per affine_wg_xprep block (whole 32-byte sectors of each store)
+#endif
 #if (XPREP_THREADS / 32) % XPREP_TOKENS != 0 || BN % XPREP_TOKENS != 0
 #error "xprep gives each token the same number of warps, and its blocks must not straddle token tiles"
 #endif
@@ -283,6 +295,44 @@ KC_DEV void kc_cluster_store(u32 addr, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
 }
 
+// One item of x's conversion: token tok's chunks 2t + h (t = 0..3) of
+// group g, from its row xrow (bf16; nullptr for a token past the end, which
+// gets zeros), times inv_sigma into fp16 pairs of steps 2h and 2h + 1 of
+// the (tile, group) stage (layout below).
+KC_DEV void kc_xconvert(const unsigned char* xrow, float inv_sigma, unsigned char* __restrict__ ws, int tok, int g,
+                        int h, int groups)
+{
+    // v[4t + j] = word 8t + 4h + j of the group: chunk 2t + h.
+    u32 v[16];
+    if (xrow != nullptr) {
+        const kc_u4* src = reinterpret_cast<const kc_u4*>(xrow + g * (GROUP * 2));
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const kc_u4 c = src[2 * t + h];
+            v[4 * t] = c.x; v[4 * t + 1] = c.y; v[4 * t + 2] = c.z; v[4 * t + 3] = c.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = 0u;
+    }
+    const int tile = tok / BN, n = tok % BN;
+    unsigned char* base = ws + ((long long)tile * groups + g) * STAGE_BYTES + (n >> 3) * 256 + (n & 7) * 16;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {   // step 2h + s: b = 8h + 2s, word b/2 + 8t = 4h + s + 8t
+        u32 lo[4], hi[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const u32 p = v[4 * t + s], q = v[4 * t + s + 2];   // x[b + 16t], x[b + 16t + 4] in their low halves
+            // (x[a], x[a+4]) for slots 2t, 2t+1; (x[a+1], x[a+5]) for 8+2t, 8+2t+1
+            lo[t] = kc_f16x2(__uint_as_float(q << 16) * inv_sigma, __uint_as_float(p << 16) * inv_sigma);
+            hi[t] = kc_f16x2(__uint_as_float(q & 0xFFFF0000u) * inv_sigma, __uint_as_float(p & 0xFFFF0000u) * inv_sigma);
+        }
+        unsigned char* dst = base + (2 * h + s) * STEP_BYTES;
+        *reinterpret_cast<kc_u4*>(dst) = kc_u4{lo[0], lo[1], lo[2], lo[3]};
+        *reinterpret_cast<kc_u4*>(dst + 128) = kc_u4{hi[0], hi[1], hi[2], hi[3]};
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Xprep: one block per XPREP_TOKENS tokens of the padded tiles. Their rows
 // of x arrive in shared memory by one bulk copy each; the block finds each
@@ -365,37 +415,76 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
 
     for (int it = tid; it < groups * 2 * XPREP_TOKENS; it += XPREP_THREADS) {
         const int r = it % XPREP_TOKENS, h = (it / XPREP_TOKENS) & 1, g = it / (2 * XPREP_TOKENS);
-        // v[4t + j] = word 8t + 4h + j of the group: chunk 2t + h.
-        u32 v[16];
-        float inv_sigma = 0.f;
-        if (r < real) {
-            const kc_u4* src = reinterpret_cast<const kc_u4*>(xrows + r * row_bytes + g * (GROUP * 2));
+        kc_xconvert(r < real ? xrows + r * row_bytes : nullptr, r < real ? inv[r] : 0.f, ws, tok0 + r, g, h, groups);
+    }
+}
+
+// X preparation in two kernels: affine_wg_xmax finds each token's sigma
+// (one block per token of the padded tiles, 0 past the end) and clears the
+// split-K sums as xprep does; affine_wg_xconv (early start, waits for it)
+// then converts every (token pair, group, half) item straight from x, many
+// blocks wide, with xprep's layout and numerics. xprep's blocks each wait
+// for their whole rows before converting anything; these start converting
+// at once and leave the multiprocessors to the main kernel sooner, which
+// pays where x is small, though x is read twice.
+#define XMAX_THREADS 256
+#define XCONV_THREADS 256
+extern "C" __global__ void __launch_bounds__(XMAX_THREADS)
+affine_wg_xmax(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features,
+               int out_features, int splits, int row_first)
+{
+    __shared__ u32 part[XMAX_THREADS / 32];
+    kc_grid_release();
+    const int tid = threadIdx.x, tok = blockIdx.x;
+    float* sigma = reinterpret_cast<float*>(ws + kc_sigma_offset(tokens, in_features));
+    if (tok >= tokens) {
+        if (tid == 0) sigma[tok] = 0.f;
+        return;
+    }
+    if (CLUSTER == 0 && splits > 1) {
+        const int per = (out_features - row_first) / 4;
+        float4* sum = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features)) +
+                      ((long long)tok * out_features + row_first) / 4;
+        for (int i = tid; i < per; i += XMAX_THREADS) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    const kc_u4* row = reinterpret_cast<const kc_u4*>(x + (long long)tok * in_features);
+    u32 m = 0;
+    for (int i = tid; i < in_features / 8; i += XMAX_THREADS) {
+        const kc_u4 v = row[i];
+        m = max(m, max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16);
+        m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
+    }
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((tid & 31) == 0) part[tid >> 5] = m;
+    __syncthreads();
+    if (tid == 0) {
 #pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                const kc_u4 c = src[2 * t + h];
-                v[4 * t] = c.x; v[4 * t + 1] = c.y; v[4 * t + 2] = c.z; v[4 * t + 3] = c.w;
-            }
-            inv_sigma = inv[r];
-        } else {
-#pragma unroll
-            for (int i = 0; i < 16; ++i) v[i] = 0u;
-        }
-        const int tok = tok0 + r, tile = tok / BN, n = tok % BN;
-        unsigned char* base = ws + ((long long)tile * groups + g) * STAGE_BYTES + (n >> 3) * 256 + (n & 7) * 16;
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {   // step 2h + s: b = 8h + 2s, word b/2 + 8t = 4h + s + 8t
-            u32 lo[4], hi[4];
-#pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                const u32 p = v[4 * t + s], q = v[4 * t + s + 2];   // x[b + 16t], x[b + 16t + 4] in their low halves
-                // (x[a], x[a+4]) for slots 2t, 2t+1; (x[a+1], x[a+5]) for 8+2t, 8+2t+1
-                lo[t] = kc_f16x2(__uint_as_float(q << 16) * inv_sigma, __uint_as_float(p << 16) * inv_sigma);
-                hi[t] = kc_f16x2(__uint_as_float(q & 0xFFFF0000u) * inv_sigma, __uint_as_float(p & 0xFFFF0000u) * inv_sigma);
-            }
-            unsigned char* dst = base + (2 * h + s) * STEP_BYTES;
-            *reinterpret_cast<kc_u4*>(dst) = kc_u4{lo[0], lo[1], lo[2], lo[3]};
-            *reinterpret_cast<kc_u4*>(dst + 128) = kc_u4{hi[0], hi[1], hi[2], hi[3]};
-        }
+        for (int w = 1; w < XMAX_THREADS / 32; ++w) m = max(m, part[w]);
+        const int e = (int)(m >> 7) - 127;
+        const int k = max(-100, min(e - 14, 127));
+        sigma[tok] = __int_as_float((127 + k) << 23);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(XCONV_THREADS)
+affine_wg_xconv(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features)
+{
+    kc_grid_release();
+    kc_grid_wait();   // affine_wg_xmax's scales
+    const int groups = in_features / GROUP;
+    const float* sigma = reinterpret_cast<const float*>(ws + kc_sigma_offset(tokens, in_features));
+    const long long items = (long long)((tokens + BN - 1) / BN) * BN * groups * 2;
+    for (long long it = (long long)blockIdx.x * XCONV_THREADS + threadIdx.x; it < items;
+         it += (long long)gridDim.x * XCONV_THREADS) {
+        // the token's lowest bit first, so that a warp's two tokens fill
+        // whole 32-byte sectors of each store, as in xprep
+        const int r = (int)(it & 1), h = (int)((it >> 1) & 1);
+        const long long rest = it >> 2;
+        const int g = (int)(rest % groups), tok = 2 * (int)(rest / groups) + r;
+        const bool real = tok < tokens;
+        const int k = real ? (int)(__float_as_uint(sigma[tok]) >> 23) - 127 : 0;
+        kc_xconvert(real ? reinterpret_cast<const unsigned char*>(x + (long long)tok * in_features) : nullptr,
+                    real ? __int_as_float((127 - k) << 23) : 0.f, ws, tok, g, h, groups);
     }
 }
 
