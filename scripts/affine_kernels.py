@@ -1344,10 +1344,10 @@ def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 
 def wg_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
     """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go):
     wg_tile_rule's tiles and shares, with x prepared in two kernels (xmax,
-    then xconv; the _xtwo key) at up to 256 tokens and 8192 input
+    then xconv; the _xtwo key) at up to 256 tokens and 4096 to 8192 input
     features, else by xprep."""
     cfg = wg_tile_rule(tokens, out_f, sms, in_f)
-    if tokens <= 256 and in_f <= 8192:
+    if tokens <= 256 and 4096 <= in_f <= 8192:
         cfg["_xtwo"] = 1
     return cfg
 

@@ -29,9 +29,9 @@ const (
 	// wgXMaxThreads and wgXConvThreads are their blocks (XMAX_THREADS,
 	// XCONV_THREADS in wg.cu).
 	wgXMaxThreads, wgXConvThreads = 256, 256
-	// wgSplitPrepTokens and wgSplitPrepInFeatures bound where x is
-	// prepared in two kernels (chooseWG).
-	wgSplitPrepTokens, wgSplitPrepInFeatures = 256, 8192
+	// x is prepared in two kernels at up to wgSplitPrepTokens tokens and
+	// from wgSplitPrepMinIn to wgSplitPrepMaxIn input features (chooseWG).
+	wgSplitPrepTokens, wgSplitPrepMinIn, wgSplitPrepMaxIn = 256, 4096, 8192
 	// wgReduceEntry writes y from the split-K sums.
 	wgReduceEntry = "affine_wg_reduce"
 	// wgReduceThreads is affine_wg_reduce's block; wgReduceBlocks caps its
@@ -225,16 +225,18 @@ var (
 // odd number of free SMs, fewer may.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
-// x is prepared in two kernels at up to 256 tokens and 8192 input
+// x is prepared in two kernels at up to 256 tokens and 4096 to 8192 input
 // features: same-call A/B against xprep, µs, 4096² 21.8–21.9 against
 // 23.2–24.1 at 256 tokens, 15.5 against 17.2 at 64, 17.6 against 19.0–19.2
-// at 128; 4096→14336 and 8192→28672 at 256 tokens 2–5 µs less. At 14336
-// input features it was even (256 tokens) or 1–3 µs slower (128), and at
-// 4096 tokens slower everywhere (x is read twice).
+// at 128; 4096→14336 and 8192→28672 at 256 tokens 2–5 µs less; at 8 bits
+// 4096² 26.0–26.4 against 28.1–28.3 (256 tokens) and 20.2–20.4 against
+// 23.1 (128). At 2048 input features (8 bits) it was 0.6–0.8 µs slower,
+// at 14336 even (256 tokens) or 1–3 µs slower (128), and at 4096 tokens
+// slower everywhere (x is read twice).
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	c := chooseWGTile(req, sms)
 	c.Bits = req.Weight.Bits
-	c.SplitPrep = req.Tokens <= wgSplitPrepTokens && req.InFeatures <= wgSplitPrepInFeatures
+	c.SplitPrep = req.Tokens <= wgSplitPrepTokens && req.InFeatures >= wgSplitPrepMinIn && req.InFeatures <= wgSplitPrepMaxIn
 	return c
 }
 

@@ -317,16 +317,16 @@ func TestWGMMAVariantsCompile(t *testing.T) {
 	})
 }
 
-// x is prepared in two kernels (xmax, then xconv) where it is small, up to
-// 256 tokens and 8192 input features, and by xprep elsewhere; at 8 bits
-// alike.
+// x is prepared in two kernels (xmax, then xconv) at up to 256 tokens and
+// 4096 to 8192 input features, and by xprep elsewhere; at 8 bits alike.
 func TestChooseWGSplitsThePreparationWhereXIsSmall(t *testing.T) {
 	for _, c := range []struct {
 		tokens, in int
 		want       bool
 	}{
-		{33, 4096, true}, {256, 4096, true}, {256, 8192, true}, {64, 1152, true},
+		{33, 4096, true}, {256, 4096, true}, {256, 8192, true}, {64, 5120, true},
 		{257, 4096, false}, {4096, 4096, false}, {256, 8320, false}, {64, 14336, false}, {128, 28672, false},
+		{64, 1152, false}, {256, 2048, false}, {256, 3968, false},
 	} {
 		req := int4Request(c.tokens, c.in, 4096)
 		assert.Equal(t, c.want, chooseWG(req, 132).SplitPrep, "%d tokens, %d in", c.tokens, c.in)

@@ -17,8 +17,8 @@
 //     in fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0. With splits > 1 it also
 //     clears the tokens' split-K sums of outputs row_first and up.
-//   or, the same work in two kernels (faster where x is small: few tokens
-//   and in_features, bench/NOTES.md, fourteenth session):
+//   or, the same work in two kernels (faster at up to 256 tokens and 4096
+//   to 8192 input features, bench/NOTES.md, fourteenth session):
 //   affine_wg_xmax(x, ws, tokens, in_features, out_features, splits, row_first)
 //     grid (ceil(tokens/BN) * BN), block XMAX_THREADS: each token's sigma
 //     (0 past the end), and the split-K sums cleared as xprep does;
@@ -426,7 +426,8 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
 // blocks wide, with xprep's layout and numerics. xprep's blocks each wait
 // for their whole rows before converting anything; these start converting
 // at once and leave the multiprocessors to the main kernel sooner, which
-// pays where x is small, though x is read twice.
+// pays where x is mid-sized, though x is read twice and there is one launch
+// more.
 #define XMAX_THREADS 256
 #define XCONV_THREADS 256
 extern "C" __global__ void __launch_bounds__(XMAX_THREADS)
