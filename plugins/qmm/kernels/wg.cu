@@ -295,6 +295,18 @@ KC_DEV void kc_cluster_store(u32 addr, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
 }
 
+// m raised to the largest |x| of the 8 bf16 values in v, as bf16 bits
+// (monotonic for non-NaN values).
+KC_DEV u32 kc_absmax8(u32 m, kc_u4 v) {
+    m = max(m, max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16);
+    return max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
+}
+// The token scale's exponent k (sigma = 2^k) for max|x| given as bf16 bits
+// m: max|x| / sigma in [2^14, 2^15), k clamped to [-100, 127].
+KC_DEV int kc_sigma_exponent(u32 m) {
+    const int e = (int)(m >> 7) - 127;   // exponent of max|x|
+    return max(-100, min(e - 14, 127));
+}
 // One item of x's conversion: token tok's chunks 2t + h (t = 0..3) of
 // group g, from its row xrow (bf16; nullptr for a token past the end, which
 // gets zeros), times inv_sigma into fp16 pairs of steps 2h and 2h + 1 of
@@ -394,8 +406,7 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
             const kc_u4* row = reinterpret_cast<const kc_u4*>(xrows + r * row_bytes);
             for (int i = tid % (32 * warps_per_token); i < in_features / 8; i += 32 * warps_per_token) {
                 const kc_u4 v = row[i];
-                m = max(m, max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16);
-                m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
+                m = kc_absmax8(m, v);
             }
         }
         m = __reduce_max_sync(0xFFFFFFFFu, m);
@@ -405,8 +416,7 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
             m = part[tid * warps_per_token];
 #pragma unroll
             for (int w = 1; w < warps_per_token; ++w) m = max(m, part[tid * warps_per_token + w]);
-            const int e = (int)(m >> 7) - 127;   // exponent of max|x|
-            const int k = max(-100, min(e - 14, 127));   // max|x| / sigma in [2^14, 2^15)
+            const int k = kc_sigma_exponent(m);
             reinterpret_cast<float*>(ws + kc_sigma_offset(tokens, in_features))[tok0 + tid] = __int_as_float((127 + k) << 23);
             inv[tid] = __int_as_float((127 - k) << 23);   // 1 / sigma, exact
         }
@@ -452,8 +462,7 @@ affine_wg_xmax(const u16* __restrict__ x, unsigned char* __restrict__ ws, int to
     u32 m = 0;
     for (int i = tid; i < in_features / 8; i += XMAX_THREADS) {
         const kc_u4 v = row[i];
-        m = max(m, max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16);
-        m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
+        m = kc_absmax8(m, v);
     }
     m = __reduce_max_sync(0xFFFFFFFFu, m);
     if ((tid & 31) == 0) part[tid >> 5] = m;
@@ -461,9 +470,7 @@ affine_wg_xmax(const u16* __restrict__ x, unsigned char* __restrict__ ws, int to
     if (tid == 0) {
 #pragma unroll
         for (int w = 1; w < XMAX_THREADS / 32; ++w) m = max(m, part[w]);
-        const int e = (int)(m >> 7) - 127;
-        const int k = max(-100, min(e - 14, 127));
-        sigma[tok] = __int_as_float((127 + k) << 23);
+        sigma[tok] = __int_as_float((127 + kc_sigma_exponent(m)) << 23);
     }
 }
 
