@@ -1348,7 +1348,7 @@ def wg_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30
     features, else by xprep."""
     cfg = wg_tile_rule(tokens, out_f, sms, in_f)
     if tokens <= 256 and 4096 <= in_f <= 8192:
-        cfg["_xtwo"] = 1
+        cfg.setdefault("_xtwo", 1)   # --wg-over _xtwo=0 keeps xprep
     return cfg
 
 
@@ -1695,13 +1695,15 @@ def run_wg(quick: bool, bench: bool = True):
     # keeps them exact; they are checked against a tolerance scaled alike.
     # 8-bit cases: groups a multiple of the stage's 4 (4096, 2048), not
     # (1152: 18 groups, scales copied in pairs), a partial last stage (640:
-    # 10 groups), large x.
+    # 10 groups), large x. The last case has 8192 inputs, the top of the
+    # plugin's two-kernel preparation.
     for ci, (in_f, out_f, t, bias, xe, bits) in enumerate([
             (1024, 1032, 37, True, 0, 4), (4096, 4096, 128, False, 0, 4), (2048, 512, 300, True, 0, 4),
             (4096, 14336, 256, False, 0, 4), (14336, 4096, 33, False, 0, 4), (1152, 1032, 65, True, 0, 4),
             (640, 136, 129, False, 0, 4), (4096, 1032, 70, True, 17, 4), (2048, 1032, 70, False, -20, 4),
             (4096, 4096, 128, False, 0, 8), (2048, 520, 300, True, 0, 8), (1152, 1032, 65, True, 0, 8),
-            (640, 136, 129, False, 0, 8), (14336, 2048, 33, False, 0, 8), (4096, 1032, 70, True, 17, 8)]):
+            (640, 136, 129, False, 0, 8), (14336, 2048, 33, False, 0, 8), (4096, 1032, 70, True, 17, 8),
+            (8192, 1544, 120, True, 0, 4)]):
         wt = Weights(bits, 64, in_f, out_f, bias, seed=500 + ci)
         gen = torch.Generator(device="cuda").manual_seed(ci)
         x = torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Times each launch of the wgmma path (xprep, main, reduce) alone and the
-whole call, at the variant qmm/wgmma picks (development tool):
+"""Times each launch of the wgmma path (x's preparation: xprep, or xmax and
+xconv, summed in the "prep" column; main; reduce) alone and the whole call,
+at the variant qmm/wgmma picks (development tool):
 
     python3 scripts/wg_parts.py [--tokens 256] [--shapes 4096x4096,...]
 
@@ -31,7 +32,7 @@ def main():
     extra = {k: int(v) for k, v in (d.split("=") for d in args.define)}
     ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
     t = args.tokens
-    print(f"{'shape':>13s} {'tok':>5s} | {'variant':24s} | {'xprep':>6s} {'main':>7s} {'reduce':>6s} "
+    print(f"{'shape':>13s} {'tok':>5s} | {'variant':24s} | {'prep':>6s} {'main':>7s} {'reduce':>6s} "
           f"{'sum':>7s} {'call':>7s} {'again':>7s} us")
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))

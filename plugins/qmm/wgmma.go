@@ -228,11 +228,14 @@ var (
 // x is prepared in two kernels at up to 256 tokens and 4096 to 8192 input
 // features: same-call A/B against xprep, µs, 4096² 21.8–21.9 against
 // 23.2–24.1 at 256 tokens, 15.5 against 17.2 at 64, 17.6 against 19.0–19.2
-// at 128; 4096→14336 and 8192→28672 at 256 tokens 2–5 µs less; at 8 bits
-// 4096² 26.0–26.4 against 28.1–28.3 (256 tokens) and 20.2–20.4 against
-// 23.1 (128). At 2048 input features (8 bits) it was 0.6–0.8 µs slower,
-// at 14336 even (256 tokens) or 1–3 µs slower (128), and at 4096 tokens
-// slower everywhere (x is read twice).
+// at 128; at 256 tokens 4096→14336 1–3 µs less and 8192→28672 4–12 less;
+// at 8 bits 4096² 26.0–26.4 against 28.1–28.3 (256 tokens) and 20.2–20.4
+// against 23.1 (128). At 2048 input features (8 bits) it was 0.6–0.8 µs
+// slower; at 4096 tokens slower everywhere (x is read twice). The upper
+// bound is conservative: at 14336 inputs it was even at 64 and 256 tokens
+// but 1–3 µs slower at 128, while at 28672 it was 1–4 % faster at 64 and
+// 128 tokens and even at 256; sizes between 4096 and 8192, and 8192 at 64
+// or 128 tokens, were not timed.
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	c := chooseWGTile(req, sms)
 	c.Bits = req.Weight.Bits
@@ -331,7 +334,7 @@ func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 }
 
 // sumsInMemory says whether split tiles add their shares into fp32 sums
-// in the workspace, which xprep clears and the reduce kernel writes out
+// in the workspace, which the preparation clears and the reduce kernel writes out
 // (a cluster adds them in shared memory instead).
 func (c wgConfig) sumsInMemory() bool { return c.Splits > 1 && !c.Cluster }
 
@@ -372,7 +375,7 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	ws := sdk.BufferParam(sdk.BufferWorkspace)
 	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
 	splits, rowFirst := sdk.Int32Param(int32(c.Splits)), sdk.Int32Param(int32(c.rowFirst()))
-	clearSums := sdk.Int32Param(1) // xprep clears the sums when its splits argument is above 1
+	clearSums := sdk.Int32Param(1) // xprep or xmax clears the sums when its splits argument is above 1
 	if c.sumsInMemory() {
 		clearSums = splits
 	}

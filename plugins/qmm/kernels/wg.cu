@@ -17,8 +17,9 @@
 //     in fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0. With splits > 1 it also
 //     clears the tokens' split-K sums of outputs row_first and up.
-//   or, the same work in two kernels (faster at up to 256 tokens and 4096
-//   to 8192 input features, bench/NOTES.md, fourteenth session):
+//   or, the same work in two kernels (the plugin's choice at up to 256
+//   tokens and 4096 to 8192 input features, where it measured faster:
+//   bench/NOTES.md, fourteenth session):
 //   affine_wg_xmax(x, ws, tokens, in_features, out_features, splits, row_first)
 //     grid (ceil(tokens/BN) * BN), block XMAX_THREADS: each token's sigma
 //     (0 past the end), and the split-K sums cleared as xprep does;
@@ -43,8 +44,8 @@
 //     blocks in order).
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
 // then ceil(tokens/BN) * BN floats of sigma, then (splits > 1 without
-// CLUSTER) tokens * out floats of sums; xprep clears them when its splits
-// argument is above 1.
+// CLUSTER) tokens * out floats of sums; xprep (or xmax) clears them when
+// its splits argument is above 1.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
 // groups, so at least two groups), out_features a multiple of 8, band >= 1,
 // splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1.
@@ -271,11 +272,14 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
 }
 
 // Programmatic dependent launch (sm_90). The Go plan launches the main and
-// reduce kernels with early start: each may begin while the kernel ahead of
-// it finishes, and waits for it (kc_grid_wait: that grid has completed and
-// its writes are visible) before touching the workspace or y. Each kernel
-// releases its dependents at its start, so that the next one's blocks can
-// be placed as soon as SMs free up. Both are no-ops in an ordinary launch.
+// reduce kernels, and affine_wg_xconv, with early start: each may begin
+// while the kernel ahead of it finishes, and waits for it (kc_grid_wait:
+// that grid has completed and its writes are visible) before touching the
+// workspace or y. Each kernel releases its dependents at its start, so that
+// the next one's blocks can be placed as soon as SMs free up. Both are
+// no-ops in an ordinary launch. The waits chain: xconv waits for xmax, so
+// once xconv has completed, so has xmax, and the main kernel's wait covers
+// the scales and cleared sums xmax wrote two launches back.
 KC_DEV void kc_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
@@ -432,8 +436,8 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
 // X preparation in two kernels: affine_wg_xmax finds each token's sigma
 // (one block per token of the padded tiles, 0 past the end) and clears the
 // split-K sums as xprep does; affine_wg_xconv (early start, waits for it)
-// then converts every (token pair, group, half) item straight from x, many
-// blocks wide, with xprep's layout and numerics. xprep's blocks each wait
+// then converts every (token, group, half) item straight from x (a warp's
+// two adjacent tokens fill whole 32-byte sectors), many blocks wide, with xprep's layout and numerics. xprep's blocks each wait
 // for their whole rows before converting anything; these start converting
 // at once and leave the multiprocessors to the main kernel sooner, which
 // pays where x is mid-sized, though x is read twice and there is one launch
@@ -673,7 +677,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         if (warp == WGS * 4) {
             // x: one bulk copy per group, issued by one lane.
             if (lane == 0) {
-                kc_grid_wait();   // xprep's stages (the weight warps start at once)
+                kc_grid_wait();   // the preparation's stages (the weight warps start at once)
                 const unsigned char* xsrc = xp + (long long)tile * groups * STAGE_BYTES;
                 for (int i = 0; i < n; ++i) {
                     const int s = i % STAGES;
@@ -859,7 +863,8 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 
     // The epilogue's token scales and bias, loaded while the rings fill
     // (read after the epilogue's first consumer barrier); the scales, and
-    // with a split K the cleared sums, are xprep's, so wait for it.
+    // with a split K the cleared sums, are the preparation's (xprep's, or
+    // xmax's two launches back: see kc_grid_wait), so wait for it.
     kc_grid_wait();
     const float* sigma = reinterpret_cast<const float*>(xp + kc_sigma_offset(tokens, in_features));
     for (int i = tid; i < BN; i += WGS * 128) ssigma[i] = tile * BN + i < tokens ? sigma[tile * BN + i] : 0.f;
