@@ -437,11 +437,11 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
 // (one block per token of the padded tiles, 0 past the end) and clears the
 // split-K sums as xprep does; affine_wg_xconv (early start, waits for it)
 // then converts every (token, group, half) item straight from x (a warp's
-// two adjacent tokens fill whole 32-byte sectors), many blocks wide, with xprep's layout and numerics. xprep's blocks each wait
-// for their whole rows before converting anything; these start converting
-// at once and leave the multiprocessors to the main kernel sooner, which
-// pays where x is mid-sized, though x is read twice and there is one launch
-// more.
+// two adjacent tokens fill whole 32-byte sectors), many blocks wide, with
+// xprep's layout and numerics. xprep's blocks each wait for their whole
+// rows before converting anything; these start converting at once. Where x
+// is mid-sized that makes the call shorter, though x is read twice and
+// there is one launch more (bench/NOTES.md, fourteenth session).
 #define XMAX_THREADS 256
 #define XCONV_THREADS 256
 extern "C" __global__ void __launch_bounds__(XMAX_THREADS)
