@@ -201,7 +201,14 @@ typedef unsigned long long u64;
 #error "the cluster's shares must fit in the rings"
 #endif
 #endif
-#define PRODUCER_REGS 40
+// The producer warpgroup's registers after setmaxnreg. At 40 its weight
+// copy loop spilled (88 local loads and stores, ptxas); at 72 it nearly
+// does not, and the consumers keep 216 (two warpgroups) or 240. Same-call
+// A/B, 72 against 40: 0-5 % faster at 128 and 256 tokens, 3-13 % at 8
+// bits, never clearly slower (bench/NOTES.md, fifteenth session).
+#ifndef PRODUCER_REGS
+#define PRODUCER_REGS 72
+#endif
 #define CONSUMER_REGS_RAW ((65536 - 128 * PRODUCER_REGS) / (128 * WGS) / 8 * 8)
 #define CONSUMER_REGS (CONSUMER_REGS_RAW > 240 ? 240 : CONSUMER_REGS_RAW)
 
