@@ -1343,12 +1343,12 @@ def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 
 
 def wg_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
     """The variant qmm/wgmma runs (chooseWG in plugins/qmm/wgmma.go):
-    wg_tile_rule's tiles and shares, with x prepared in two kernels (xmax,
-    then xconv; the _xtwo key) at up to 256 tokens and 4096 to 8192 input
-    features, else by xprep."""
+    wg_tile_rule's tiles and shares, with xprep in blocks of 256 threads
+    (the XPREP_THREADS macro) at up to 256 tokens and 4096 to 8192 input
+    features, else of the kernel's 128."""
     cfg = wg_tile_rule(tokens, out_f, sms, in_f)
     if tokens <= 256 and 4096 <= in_f <= 8192:
-        cfg.setdefault("_xtwo", 1)   # --wg-over _xtwo=0 keeps xprep
+        cfg.setdefault("XPREP_THREADS", 256)   # --wg-over XPREP_THREADS=128 keeps the default
     return cfg
 
 
@@ -1494,13 +1494,6 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     xt, xthreads = cfg.get("XPREP_TOKENS", 2), cfg.get("XPREP_THREADS", 128)
     parts = [("xprep", lambda: xprep((tiles * bn // xt, 1, 1), (xthreads, 1, 1), args_xprep, shared_mem=2 * xt * in_f)),
              ("main", lambda: launch_early(main, (grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
-    if cfg.get("_xtwo"):   # the scales by affine_wg_xmax, then the conversion by affine_wg_xconv (early start)
-        xmax = get_kernel(WG_CU, cfg, 0, name="affine_wg_xmax")
-        xconv = get_kernel(WG_CU, cfg, 0, name="affine_wg_xconv")
-        items = tiles * bn * (in_f // 64) * 2
-        args_conv = (p(x), p(xp), np.int32(tokens), np.int32(in_f))
-        parts = [("xmax", lambda: xmax((tiles * bn, 1, 1), (256, 1, 1), args_xprep)),
-                 ("xconv", lambda: launch_early(xconv, (-(-items // 256), 1, 1), (256, 1, 1), args_conv))] + parts[1:]
     if reduce is not None:
         parts.append(("reduce", lambda: launch_early(reduce, (min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1),
                                                      args_reduce)))
@@ -1696,7 +1689,7 @@ def run_wg(quick: bool, bench: bool = True):
     # 8-bit cases: groups a multiple of the stage's 4 (4096, 2048), not
     # (1152: 18 groups, scales copied in pairs), a partial last stage (640:
     # 10 groups), large x. The last case has 8192 inputs, the top of the
-    # plugin's two-kernel preparation.
+    # plugin's range for 256-thread xprep blocks.
     for ci, (in_f, out_f, t, bias, xe, bits) in enumerate([
             (1024, 1032, 37, True, 0, 4), (4096, 4096, 128, False, 0, 4), (2048, 512, 300, True, 0, 4),
             (4096, 14336, 256, False, 0, 4), (14336, 4096, 33, False, 0, 4), (1152, 1032, 65, True, 0, 4),

@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
-"""Times each launch of the wgmma path (x's preparation: xprep, or xmax and
-xconv, summed in the "prep" column; main; reduce) alone and the whole call,
-at the variant qmm/wgmma picks (development tool):
+"""Times each launch of the wgmma path (xprep, main, reduce) alone and the
+whole call, at the variant qmm/wgmma picks (development tool):
 
     python3 scripts/wg_parts.py [--tokens 256] [--shapes 4096x4096,...]
 
@@ -51,7 +50,7 @@ def main():
         again = ak.time_launches([r for r, _ in runs])
         label = f"S={cfg['_splits']} full={cfg['_full']} BN={cfg['BN']}" + "".join(f" {k}={v}" for k, v in extra.items())
         print(f"{in_f:6d}->{out_f:<6d} {t:5d} | {label:24s} | " + " ".join(
-            f"{(times.get(k, 0) + (times.get('xmax', 0) + times.get('xconv', 0) if k == 'xprep' else 0)) * 1e6:{7 if k == 'main' else 6}.1f}"
+            f"{times.get(k, 0) * 1e6:{7 if k == 'main' else 6}.1f}"
             for k in ("xprep", "main", "reduce"))
             + f" {sum(times.values()) * 1e6:7.1f} {call * 1e6:7.1f} {again * 1e6:7.1f}", flush=True)
         del runs, copies, wt

@@ -23,22 +23,19 @@ const (
 	wgEntry = "affine_wg"
 	// wgXPrepEntry writes the token scales and the fp16 copy of x.
 	wgXPrepEntry = "affine_wg_xprep"
-	// wgXMaxEntry and wgXConvEntry do xprep's work in two kernels: the
-	// token scales, then the fp16 copy of x.
-	wgXMaxEntry, wgXConvEntry = "affine_wg_xmax", "affine_wg_xconv"
-	// wgXMaxThreads and wgXConvThreads are their blocks (XMAX_THREADS,
-	// XCONV_THREADS in wg.cu).
-	wgXMaxThreads, wgXConvThreads = 256, 256
-	// x is prepared in two kernels at up to wgSplitPrepTokens tokens and
-	// from wgSplitPrepMinIn to wgSplitPrepMaxIn input features (chooseWG).
-	wgSplitPrepTokens, wgSplitPrepMinIn, wgSplitPrepMaxIn = 256, 4096, 8192
+	// affine_wg_xprep runs wgXPrepWideThreads threads per block (not
+	// wgXPrepThreads) at up to wgWidePrepTokens tokens and from
+	// wgWidePrepMinIn to wgWidePrepMaxIn input features (chooseWG).
+	wgXPrepWideThreads                                 = 256
+	wgWidePrepTokens, wgWidePrepMinIn, wgWidePrepMaxIn = 256, 4096, 8192
 	// wgReduceEntry writes y from the split-K sums.
 	wgReduceEntry = "affine_wg_reduce"
 	// wgReduceThreads is affine_wg_reduce's block; wgReduceBlocks caps its
 	// grid-stride grid.
 	wgReduceThreads, wgReduceBlocks = 256, 1024
-	// wgXPrepThreads and wgXPrepTokens are affine_wg_xprep's block and
-	// the tokens each block stages (XPREP_THREADS, XPREP_TOKENS in wg.cu).
+	// wgXPrepThreads and wgXPrepTokens are affine_wg_xprep's usual block
+	// and the tokens each block stages (XPREP_THREADS, XPREP_TOKENS in
+	// wg.cu).
 	wgXPrepThreads, wgXPrepTokens = 128, 2
 	// wgMaxInFeatures keeps affine_wg_xprep's rows of x within the 227 KiB
 	// of shared memory a block may have (two tokens of bf16 each).
@@ -124,15 +121,11 @@ func (qmmWGMMA) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights
 		return nil, err
 	}
 	l := cfg.launches(req)
-	var steps []gpukernel.Step
-	for _, p := range l.prep {
-		k, err := main.Sibling(p.entry)
-		if err != nil {
-			return nil, err
-		}
-		steps = append(steps, gpukernel.Step{Kernel: k, Launch: p.launch})
+	prep, err := main.Sibling(wgXPrepEntry)
+	if err != nil {
+		return nil, err
 	}
-	steps = append(steps, gpukernel.Step{Kernel: main, Launch: l.main})
+	steps := []gpukernel.Step{{Kernel: prep, Launch: l.prep}, {Kernel: main, Launch: l.main}}
 	if l.reduce != nil {
 		reduce, err := main.Sibling(wgReduceEntry)
 		if err != nil {
@@ -168,9 +161,9 @@ type wgConfig struct {
 	// hold 4 groups of each row instead of 8, the same 256 bytes, copied
 	// by two warps instead of three (AW).
 	Bits int
-	// SplitPrep prepares x in two kernels (affine_wg_xmax, then
-	// affine_wg_xconv with early start) instead of affine_wg_xprep.
-	SplitPrep bool
+	// XPrepThreads is affine_wg_xprep's block, wgXPrepThreads or
+	// wgXPrepWideThreads (the XPREP_THREADS macro; chooseWG sets it).
+	XPrepThreads int
 }
 
 // The variants QMM's Hopper candidate runs: 256-token tiles (the most
@@ -225,21 +218,24 @@ var (
 // odd number of free SMs, fewer may.
 // This is the H200 measurement in bench/NOTES.md, mirrored by wg_choose in
 // scripts/affine_kernels.py.
-// x is prepared in two kernels at up to 256 tokens and 4096 to 8192 input
-// features: same-call A/B against xprep, µs, 4096² 21.8–21.9 against
-// 23.2–24.1 at 256 tokens, 15.5 against 17.2 at 64, 17.6 against 19.0–19.2
-// at 128; at 256 tokens 4096→14336 1–3 µs less and 8192→28672 4–12 less;
-// at 8 bits 4096² 26.0–26.4 against 28.1–28.3 (256 tokens) and 20.2–20.4
-// against 23.1 (128). At 2048 input features (8 bits) it was 0.6–0.8 µs
-// slower; at 4096 tokens slower everywhere (x is read twice). The upper
-// bound is conservative: at 14336 inputs it was even at 64 and 256 tokens
-// but 1–3 µs slower at 128, while at 28672 it was 1–4 % faster at 64 and
-// 128 tokens and even at 256; sizes between 4096 and 8192, and 8192 at 64
-// or 128 tokens, were not timed.
+// x is prepared by 256-thread xprep blocks at up to 256 tokens and 4096
+// to 8192 input features, else by 128-thread ones. Same-call A/B
+// (bench/NOTES.md, fifteenth session), µs: 4096² 14.8 against 15.2–15.3
+// (64 tokens), 16.7–16.8 against 17.3–17.5 (128) and 20.7–21.0 against
+// 21.1–21.7 (256) for the two-kernel preparation (xmax, xconv) it
+// replaced, which had itself beaten 128-thread xprep there by 1.5–2 µs;
+// even at 4096→14336 and 8192→28672 (256 tokens). At 8 bits 4096² 23.5–24.5
+// against 26.7 (256 tokens) and 18.6–18.7 against 19.5 (128), but 8192→4096
+// at 128 tokens 33.0–33.1 against 32.1. Outside the range, 256 threads
+// were even at 14336 and 28672 inputs (256 tokens, fourteenth session)
+// and are not timed at 4096 tokens.
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	c := chooseWGTile(req, sms)
 	c.Bits = req.Weight.Bits
-	c.SplitPrep = req.Tokens <= wgSplitPrepTokens && req.InFeatures >= wgSplitPrepMinIn && req.InFeatures <= wgSplitPrepMaxIn
+	c.XPrepThreads = wgXPrepThreads
+	if req.Tokens <= wgWidePrepTokens && req.InFeatures >= wgWidePrepMinIn && req.InFeatures <= wgWidePrepMaxIn {
+		c.XPrepThreads = wgXPrepWideThreads
+	}
 	return c
 }
 
@@ -301,7 +297,19 @@ func (c wgConfig) variant() gpukernel.Variant {
 		// (bench/NOTES.md, thirteenth session).
 		defines["BITS"], defines["AW"] = 8, 2
 	}
+	if t := c.xprepThreads(); t != wgXPrepThreads {
+		defines["XPREP_THREADS"] = t
+	}
 	return gpukernel.Variant{Entry: wgEntry, ArchSpecific: true, Defines: defines}
+}
+
+// xprepThreads is affine_wg_xprep's block: XPrepThreads, or the kernel's
+// default where it is unset.
+func (c wgConfig) xprepThreads() int {
+	if c.XPrepThreads == 0 {
+		return wgXPrepThreads
+	}
+	return c.XPrepThreads
 }
 
 // stageBytes is one group of x for a token tile: four k16 steps of the B
@@ -351,21 +359,15 @@ func (c wgConfig) mainBlocks(req sdk.Request) int {
 
 // wgLaunches are the launches of one call, in stream order.
 type wgLaunches struct {
-	// prep: each token's power-of-two scale, x / scale in fp16 in the B
-	// layout, cleared sums (xprep, or xmax then xconv)
-	prep   []wgPrepLaunch
+	// prep (affine_wg_xprep): each token's power-of-two scale, x / scale
+	// in fp16 in the B layout, cleared sums
+	prep   gpukernel.Launch
 	main   gpukernel.Launch  // the product
 	reduce *gpukernel.Launch // with sums in memory: y from them
 }
 
-// wgPrepLaunch is one launch of x's preparation and its entry point.
-type wgPrepLaunch struct {
-	entry  string
-	launch gpukernel.Launch
-}
-
-// launches are the preparation (xprep, or xmax and xconv), main and
-// (split K outside a cluster) reduce kernels' launches for req.
+// launches are the preparation, main and (split K outside a cluster)
+// reduce kernels' launches for req.
 func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	tiles := c.tiles(req)
 	bias := gpukernel.NullPointer
@@ -375,27 +377,15 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	ws := sdk.BufferParam(sdk.BufferWorkspace)
 	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
 	splits, rowFirst := sdk.Int32Param(int32(c.Splits)), sdk.Int32Param(int32(c.rowFirst()))
-	clearSums := sdk.Int32Param(1) // xprep or xmax clears the sums when its splits argument is above 1
+	clearSums := sdk.Int32Param(1) // xprep clears the sums when its splits argument is above 1
 	if c.sumsInMemory() {
 		clearSums = splits
 	}
 	var l wgLaunches
-	x := sdk.BufferParam(affine.X)
-	prepParams := []sdk.Param{x, ws, tok, in, out, clearSums, rowFirst}
-	if c.SplitPrep {
-		// xconv starts early and waits for xmax's scales (wg.cu).
-		items := tiles * c.BN * (req.InFeatures / 64) * 2
-		l.prep = []wgPrepLaunch{
-			{wgXMaxEntry, gpukernel.Launch{Grid: [3]uint32{uint32(tiles * c.BN), 1, 1}, Block: [3]uint32{wgXMaxThreads, 1, 1},
-				Params: prepParams}},
-			{wgXConvEntry, gpukernel.Launch{Grid: [3]uint32{uint32(ceilDiv(items, wgXConvThreads)), 1, 1},
-				Block: [3]uint32{wgXConvThreads, 1, 1}, Programmatic: true, Params: []sdk.Param{x, ws, tok, in}}},
-		}
-	} else {
-		l.prep = []wgPrepLaunch{{wgXPrepEntry, gpukernel.Launch{
-			Grid: [3]uint32{uint32(tiles * c.BN / wgXPrepTokens), 1, 1}, Block: [3]uint32{wgXPrepThreads, 1, 1},
-			SharedBytes: uint32(wgXPrepTokens * 2 * req.InFeatures), Params: prepParams,
-		}}}
+	l.prep = gpukernel.Launch{
+		Grid: [3]uint32{uint32(tiles * c.BN / wgXPrepTokens), 1, 1}, Block: [3]uint32{uint32(c.xprepThreads()), 1, 1},
+		SharedBytes: uint32(wgXPrepTokens * 2 * req.InFeatures),
+		Params:      []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, clearSums, rowFirst},
 	}
 	// The main kernel and the reduction start early (programmatic
 	// dependent launch): the main kernel's weight copies and set-up
@@ -424,9 +414,5 @@ func (c wgConfig) describe() string {
 	if c.Cluster {
 		cluster = " in clusters"
 	}
-	prep := "xprep"
-	if c.SplitPrep {
-		prep = "xmax+xconv"
-	}
-	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d prep=%s", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full, prep)
+	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d xprep=%d", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full, c.xprepThreads())
 }

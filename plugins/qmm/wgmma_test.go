@@ -10,7 +10,6 @@ import (
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
-	"github.com/kcand/kcand/sdk/gpukernel"
 	"github.com/kcand/kcand/sdk/plugintest"
 )
 
@@ -144,19 +143,6 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 	return int32(binary.LittleEndian.Uint32(p.Scalar))
 }
 
-// prepLaunch is the preparation launch of entry among l's (it fails the
-// test when there is none).
-func prepLaunch(t *testing.T, l wgLaunches, entry string) gpukernel.Launch {
-	t.Helper()
-	for _, p := range l.prep {
-		if p.entry == entry {
-			return p.launch
-		}
-	}
-	require.Failf(t, "no preparation launch", "%s among %v", entry, l.prep)
-	return gpukernel.Launch{}
-}
-
 // The launches (x's preparation, main, and the reduce with a split K)
 // cover every token, row block and token tile, bind the workspace where
 // the kernels read and write it, and fit an H100/H200.
@@ -170,34 +156,19 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		tiles := (req.Tokens + c.BN - 1) / c.BN
 		rowBlocks := (req.OutFeatures + 64*c.WGS - 1) / (64 * c.WGS)
 
-		// The scales' launch (xprep or xmax) covers the padded tiles, so
-		// that the padding tokens' stages are written (as zeros) too, and
-		// clears the split-K sums from the first split row.
-		var scales gpukernel.Launch
-		if c.SplitPrep {
-			require.Len(t, l.prep, 2, req.Key())
-			scales = prepLaunch(t, l, wgXMaxEntry)
-			assert.Equal(t, wgXMaxEntry, l.prep[0].entry, "the scales first")
-			assert.Equal(t, [3]uint32{uint32(tiles * c.BN), 1, 1}, scales.Grid, "xmax: one block per padded token")
-			assert.Equal(t, [3]uint32{wgXMaxThreads, 1, 1}, scales.Block)
-			assert.Zero(t, scales.SharedBytes)
-			conv := prepLaunch(t, l, wgXConvEntry)
-			items := tiles * c.BN * (req.InFeatures / 64) * 2
-			assert.Equal(t, uint32((items+wgXConvThreads-1)/wgXConvThreads), conv.Grid[0], "xconv: one item (token, group, half) per thread")
-			assert.Equal(t, [3]uint32{wgXConvThreads, 1, 1}, conv.Block)
-			assert.True(t, conv.Programmatic, "xconv starts early and waits for xmax's scales in the kernel")
-			require.Len(t, conv.Params, 4)
-			assert.Equal(t, affine.X, conv.Params[0].Buffer)
-			assert.Equal(t, sdk.BufferWorkspace, conv.Params[1].Buffer)
-			assert.Equal(t, []int32{int32(req.Tokens), int32(req.InFeatures)}, []int32{int32Of(t, conv.Params[2]), int32Of(t, conv.Params[3])})
+		// xprep covers the padded tiles, two tokens per block, so that the
+		// padding tokens' stages are written (as zeros) too, and clears
+		// the split-K sums from the first split row; its block is the
+		// variant's XPREP_THREADS.
+		scales := l.prep
+		assert.Equal(t, [3]uint32{uint32(tiles * c.BN / 2), 1, 1}, scales.Grid, req.Key())
+		assert.Equal(t, [3]uint32{uint32(c.XPrepThreads), 1, 1}, scales.Block)
+		if c.XPrepThreads == wgXPrepThreads {
+			assert.NotContains(t, c.variant().Defines, "XPREP_THREADS", "the kernel's default block")
 		} else {
-			require.Len(t, l.prep, 1, req.Key())
-			scales = prepLaunch(t, l, wgXPrepEntry)
-			// Two tokens per block.
-			assert.Equal(t, [3]uint32{uint32(tiles * c.BN / 2), 1, 1}, scales.Grid, req.Key())
-			assert.Equal(t, [3]uint32{128, 1, 1}, scales.Block)
-			assert.Equal(t, uint32(4*req.InFeatures), scales.SharedBytes, "two rows of bf16 x")
+			assert.Equal(t, c.XPrepThreads, c.variant().Defines["XPREP_THREADS"], "the block xprep is compiled for")
 		}
+		assert.Equal(t, uint32(4*req.InFeatures), scales.SharedBytes, "two rows of bf16 x")
 		assert.False(t, scales.Programmatic, "the preparation reads x, which the engine's work ahead writes: no early start")
 		assert.True(t, main.Programmatic, "the main kernel starts early and waits for the preparation in the kernel")
 		require.Len(t, scales.Params, 7)
@@ -278,16 +249,14 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	assert.Equal(t, int64(16*64*32768+4096*4), chooseWG(req, 132).workspaceBytes(req))
 	main := chooseWG(req, 132).launches(req).main
 	assert.Equal(t, uint32(112*16), main.Grid[0], "112 row blocks of 128 times 16 token tiles")
-	assert.Equal(t, uint32(2048), prepLaunch(t, chooseWG(req, 132).launches(req), wgXPrepEntry).Grid[0], "4096 tokens, two per block")
+	assert.Equal(t, uint32(2048), chooseWG(req, 132).launches(req).prep.Grid[0], "4096 tokens, two per block")
 	few := int4Request(33, 4096, 4096)
-	fewLaunches := chooseWG(few, 132).launches(few)
-	assert.Equal(t, uint32(64), prepLaunch(t, fewLaunches, wgXMaxEntry).Grid[0], "one 64-token tile: 31 padding tokens get scale 0")
-	assert.Equal(t, uint32(32), prepLaunch(t, fewLaunches, wgXConvEntry).Grid[0], "64 tokens × 64 groups × 2 halves, 256 per block: zero stages for the padding")
+	assert.Equal(t, [3]uint32{32, 1, 1}, chooseWG(few, 132).launches(few).prep.Grid, "one 64-token tile, two per block: 31 padding tokens get zero stages")
 	widest := int4Request(256, wgMaxInFeatures, 4096)
 	require.True(t, qmmWGMMA{}.Admit(widest, hopper()).Admitted)
 	// Two rows of bf16 x plus the kernel's static barrier, block maxima and
 	// inverse scales fit the opt-in shared memory of a block.
-	assert.LessOrEqual(t, int(prepLaunch(t, chooseWG(widest, 132).launches(widest), wgXPrepEntry).SharedBytes)+8+16+8, 232448)
+	assert.LessOrEqual(t, int(chooseWG(widest, 132).launches(widest).prep.SharedBytes)+8+16+8, 232448)
 	split := int4Request(256, 8192, 28672)
 	c := chooseWG(split, 132)
 	require.Equal(t, []int{4, 132}, []int{c.Splits, c.Full})
@@ -317,9 +286,9 @@ func TestWGMMAVariantsCompile(t *testing.T) {
 	})
 }
 
-// x is prepared in two kernels (xmax, then xconv) at up to 256 tokens and
-// 4096 to 8192 input features, and by xprep elsewhere; at 8 bits alike.
-func TestChooseWGSplitsThePreparationWhereXIsSmall(t *testing.T) {
+// xprep runs 256-thread blocks at up to 256 tokens and 4096 to 8192
+// input features, 128-thread ones elsewhere; at 8 bits alike.
+func TestChooseWGWidensThePreparationWhereXIsMidSized(t *testing.T) {
 	for _, c := range []struct {
 		tokens, in int
 		want       bool
@@ -328,11 +297,12 @@ func TestChooseWGSplitsThePreparationWhereXIsSmall(t *testing.T) {
 		{257, 4096, false}, {4096, 4096, false}, {256, 8320, false}, {64, 14336, false}, {128, 28672, false},
 		{64, 1152, false}, {256, 2048, false}, {256, 3968, false},
 	} {
+		want := map[bool]int{true: 256, false: 128}[c.want]
 		req := int4Request(c.tokens, c.in, 4096)
-		assert.Equal(t, c.want, chooseWG(req, 132).SplitPrep, "%d tokens, %d in", c.tokens, c.in)
+		assert.Equal(t, want, chooseWG(req, 132).XPrepThreads, "%d tokens, %d in", c.tokens, c.in)
 		req.Weight.Bits = 8
-		assert.Equal(t, c.want, chooseWG(req, 132).SplitPrep, "8 bits, %d tokens, %d in", c.tokens, c.in)
+		assert.Equal(t, want, chooseWG(req, 132).XPrepThreads, "8 bits, %d tokens, %d in", c.tokens, c.in)
 	}
 	req := int4Request(64, 4096, 4096)
-	assert.Contains(t, qmmWGMMA{}.Admit(req, hopper()).Reason, "prep=xmax+xconv", "admission names the preparation")
+	assert.Contains(t, qmmWGMMA{}.Admit(req, hopper()).Reason, "xprep=256", "admission names the preparation's block")
 }

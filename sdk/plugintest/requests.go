@@ -74,7 +74,7 @@ func GPURequests() []sdk.Request {
 		a(160, 2048, 1032, 8, 64, true),  // 8 bits: 256-token tiles, K in two shares a cluster
 		a(300, 1152, 2048, 8, 64, false), // 8 bits: 18 groups (scales copied in pairs), two token tiles
 		a(256, 4096, 1032, 8, 64, false), // 8 bits: 256-token tiles in pairs
-		a(120, 8192, 1544, 4, 64, true),  // x prepared in two kernels at the top of their range (8192 inputs), a partial row block
+		a(120, 8192, 1544, 4, 64, true),  // xprep in 256-thread blocks at the top of their range (8192 inputs), a partial row block
 		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts

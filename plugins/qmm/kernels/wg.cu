@@ -5,8 +5,8 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
-// Entry points, launched in this order on one stream (the main kernel, the
-// reduction and affine_wg_xconv with early start: see kc_grid_wait):
+// Entry points, launched in this order on one stream (the main kernel and
+// the reduction with early start: see kc_grid_wait):
 //   affine_wg_xprep(x, ws, tokens, in_features, out_features, splits, row_first)
 //     grid (ceil(tokens/BN) * BN / XPREP_TOKENS), block XPREP_THREADS,
 //     dynamic shared memory XPREP_TOKENS * in_features * 2 bytes (so
@@ -17,15 +17,6 @@
 //     in fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0. With splits > 1 it also
 //     clears the tokens' split-K sums of outputs row_first and up.
-//   or, the same work in two kernels (the plugin's choice at up to 256
-//   tokens and 4096 to 8192 input features, where it measured faster:
-//   bench/NOTES.md, fourteenth session):
-//   affine_wg_xmax(x, ws, tokens, in_features, out_features, splits, row_first)
-//     grid (ceil(tokens/BN) * BN), block XMAX_THREADS: each token's sigma
-//     (0 past the end), and the split-K sums cleared as xprep does;
-//   affine_wg_xconv(x, ws, tokens, in_features)
-//     any grid, block XCONV_THREADS (grid-stride): x / sigma in fp16 into
-//     the stages, read straight from x with no staging.
 //   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits, full)
 //     grid (full + (T - full) * splits) with T = ceil(out/ROWS) *
 //     ceil(tokens/BN) tiles, block THREADS, dynamic shared memory
@@ -44,8 +35,8 @@
 //     blocks in order).
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
 // then ceil(tokens/BN) * BN floats of sigma, then (splits > 1 without
-// CLUSTER) tokens * out floats of sums; xprep (or xmax) clears them when
-// its splits argument is above 1.
+// CLUSTER) tokens * out floats of sums; xprep clears them when its splits
+// argument is above 1.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
 // groups, so at least two groups), out_features a multiple of 8, band >= 1,
 // splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1.
@@ -175,7 +166,7 @@ typedef unsigned long long u64;
 #define SMEM_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
 #ifndef XPREP_THREADS
-#define XPREP_THREADS 128                    // affine_wg_xprep's block (the plugin launches the default)
+#define XPREP_THREADS 128                    // affine_wg_xprep's block (the plugin compiles 256 where x is mid-sized: wgmma.go, chooseWG)
 #endif
 #ifndef XPREP_TOKENS
 #define XPREP_TOKENS 2                       // tokens per affine_wg_xprep block (whole 32-byte sectors of each store)
@@ -279,14 +270,11 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
 }
 
 // Programmatic dependent launch (sm_90). The Go plan launches the main and
-// reduce kernels, and affine_wg_xconv, with early start: each may begin
-// while the kernel ahead of it finishes, and waits for it (kc_grid_wait:
-// that grid has completed and its writes are visible) before touching the
-// workspace or y. Each kernel releases its dependents at its start, so that
-// the next one's blocks can be placed as soon as SMs free up. Both are
-// no-ops in an ordinary launch. The waits chain: xconv waits for xmax, so
-// once xconv has completed, so has xmax, and the main kernel's wait covers
-// the scales and cleared sums xmax wrote two launches back.
+// reduce kernels with early start: each may begin while the kernel ahead of
+// it finishes, and waits for it (kc_grid_wait: that grid has completed and
+// its writes are visible) before touching the workspace or y. Each kernel
+// releases its dependents at its start, so that the next one's blocks can
+// be placed as soon as SMs free up. Both are no-ops in an ordinary launch.
 KC_DEV void kc_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
@@ -437,73 +425,6 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
     for (int it = tid; it < groups * 2 * XPREP_TOKENS; it += XPREP_THREADS) {
         const int r = it % XPREP_TOKENS, h = (it / XPREP_TOKENS) & 1, g = it / (2 * XPREP_TOKENS);
         kc_xconvert(r < real ? xrows + r * row_bytes : nullptr, r < real ? inv[r] : 0.f, ws, tok0 + r, g, h, groups);
-    }
-}
-
-// X preparation in two kernels: affine_wg_xmax finds each token's sigma
-// (one block per token of the padded tiles, 0 past the end) and clears the
-// split-K sums as xprep does; affine_wg_xconv (early start, waits for it)
-// then converts every (token, group, half) item straight from x (a warp's
-// two adjacent tokens fill whole 32-byte sectors), many blocks wide, with
-// xprep's layout and numerics. xprep's blocks each wait for their whole
-// rows before converting anything; these start converting at once. Where x
-// is mid-sized that makes the call shorter, though x is read twice and
-// there is one launch more (bench/NOTES.md, fourteenth session).
-#define XMAX_THREADS 256
-#define XCONV_THREADS 256
-extern "C" __global__ void __launch_bounds__(XMAX_THREADS)
-affine_wg_xmax(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features,
-               int out_features, int splits, int row_first)
-{
-    __shared__ u32 part[XMAX_THREADS / 32];
-    kc_grid_release();
-    const int tid = threadIdx.x, tok = blockIdx.x;
-    float* sigma = reinterpret_cast<float*>(ws + kc_sigma_offset(tokens, in_features));
-    if (tok >= tokens) {
-        if (tid == 0) sigma[tok] = 0.f;
-        return;
-    }
-    if (CLUSTER == 0 && splits > 1) {
-        const int per = (out_features - row_first) / 4;
-        float4* sum = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features)) +
-                      ((long long)tok * out_features + row_first) / 4;
-        for (int i = tid; i < per; i += XMAX_THREADS) sum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    const kc_u4* row = reinterpret_cast<const kc_u4*>(x + (long long)tok * in_features);
-    u32 m = 0;
-    for (int i = tid; i < in_features / 8; i += XMAX_THREADS) {
-        const kc_u4 v = row[i];
-        m = kc_absmax8(m, v);
-    }
-    m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if ((tid & 31) == 0) part[tid >> 5] = m;
-    __syncthreads();
-    if (tid == 0) {
-#pragma unroll
-        for (int w = 1; w < XMAX_THREADS / 32; ++w) m = max(m, part[w]);
-        sigma[tok] = __int_as_float((127 + kc_sigma_exponent(m)) << 23);
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(XCONV_THREADS)
-affine_wg_xconv(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features)
-{
-    kc_grid_release();
-    kc_grid_wait();   // affine_wg_xmax's scales
-    const int groups = in_features / GROUP;
-    const float* sigma = reinterpret_cast<const float*>(ws + kc_sigma_offset(tokens, in_features));
-    const long long items = (long long)((tokens + BN - 1) / BN) * BN * groups * 2;
-    for (long long it = (long long)blockIdx.x * XCONV_THREADS + threadIdx.x; it < items;
-         it += (long long)gridDim.x * XCONV_THREADS) {
-        // the token's lowest bit first, so that a warp's two tokens fill
-        // whole 32-byte sectors of each store, as in xprep
-        const int r = (int)(it & 1), h = (int)((it >> 1) & 1);
-        const long long rest = it >> 2;
-        const int g = (int)(rest % groups), tok = 2 * (int)(rest / groups) + r;
-        const bool real = tok < tokens;
-        const int k = real ? (int)(__float_as_uint(sigma[tok]) >> 23) - 127 : 0;
-        kc_xconvert(real ? reinterpret_cast<const unsigned char*>(x + (long long)tok * in_features) : nullptr,
-                    real ? __int_as_float((127 - k) << 23) : 0.f, ws, tok, g, h, groups);
     }
 }
 
@@ -870,8 +791,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 
     // The epilogue's token scales and bias, loaded while the rings fill
     // (read after the epilogue's first consumer barrier); the scales, and
-    // with a split K the cleared sums, are the preparation's (xprep's, or
-    // xmax's two launches back: see kc_grid_wait), so wait for it.
+    // with a split K the cleared sums, are xprep's, so wait for it.
     kc_grid_wait();
     const float* sigma = reinterpret_cast<const float*>(xp + kc_sigma_offset(tokens, in_features));
     for (int i = tid; i < BN; i += WGS * 128) ssigma[i] = tile * BN + i < tokens ? sigma[tile * BN + i] : 0.f;
