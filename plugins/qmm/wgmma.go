@@ -226,9 +226,9 @@ var (
 // replaced, which had itself beaten 128-thread xprep there by 1.5–2 µs;
 // even at 4096→14336 and 8192→28672 (256 tokens). At 8 bits 4096² 23.5–24.5
 // against 26.7 (256 tokens) and 18.6–18.7 against 19.5 (128), but 8192→4096
-// at 128 tokens 33.0–33.1 against 32.1. Outside the range, 256 threads
-// were even at 14336 and 28672 inputs (256 tokens, fourteenth session)
-// and are not timed at 4096 tokens.
+// 43.5–46.3 against 43.3 (256) and 33.0–33.1 against 32.1 (128). Outside
+// the range, 256 threads were even at 14336 and 28672 inputs (256 tokens,
+// fourteenth session) and are not timed at 4096 tokens.
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	c := chooseWGTile(req, sms)
 	c.Bits = req.Weight.Bits

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -305,4 +306,9 @@ func TestChooseWGWidensThePreparationWhereXIsMidSized(t *testing.T) {
 	}
 	req := int4Request(64, 4096, 4096)
 	assert.Contains(t, qmmWGMMA{}.Admit(req, hopper()).Reason, "xprep=256", "admission names the preparation's block")
+	// A config that does not set the block launches the kernel's own
+	// default, and leaves its macro alone.
+	assert.Equal(t, [3]uint32{wgXPrepThreads, 1, 1}, wgWide.launches(req).prep.Block)
+	assert.NotContains(t, wgWide.variant().Defines, "XPREP_THREADS")
+	assert.Contains(t, wgCode, fmt.Sprintf("#define XPREP_THREADS %d ", wgXPrepThreads), "the plan's default block is the kernel's")
 }

@@ -200,6 +200,9 @@ typedef unsigned long long u64;
 #ifndef PRODUCER_REGS
 #define PRODUCER_REGS 72
 #endif
+#if PRODUCER_REGS % 8 != 0 || PRODUCER_REGS < 24 || PRODUCER_REGS > 256
+#error "PRODUCER_REGS must be a multiple of 8 from 24 to 256 (setmaxnreg)"
+#endif
 #define CONSUMER_REGS_RAW ((65536 - 128 * PRODUCER_REGS) / (128 * WGS) / 8 * 8)
 #define CONSUMER_REGS (CONSUMER_REGS_RAW > 240 ? 240 : CONSUMER_REGS_RAW)
 
