@@ -26,7 +26,12 @@ def main():
     ap.add_argument("--shapes", default="4096x4096,4096x14336,14336x4096,8192x28672,28672x8192")
     ap.add_argument("--define", action="append", default=[], help="extra wg.cu macro K=V (diagnostics)")
     ap.add_argument("--no-pdl", action="store_true", help="main and reduce without early start")
+    ap.add_argument("--source", help="another wg.cu to time (an A/B against an older copy)")
     args = ap.parse_args()
+    if args.source:
+        ak.WG_CU = Path(args.source).resolve()
+        ak.ENTRY[ak.WG_CU] = "affine_wg"
+        ak.KIND_OF[ak.WG_CU] = "wg"
     ak.WG_PDL = not args.no_pdl
     extra = {k: int(v) for k, v in (d.split("=") for d in args.define)}
     ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
@@ -49,6 +54,8 @@ def main():
             times[name] = ak.time_launches(fns)
         again = ak.time_launches([r for r, _ in runs])
         label = f"S={cfg['_splits']} full={cfg['_full']} BN={cfg['BN']}" + "".join(f" {k}={v}" for k, v in extra.items())
+        if args.source:
+            label += f" {Path(args.source).name}"
         print(f"{in_f:6d}->{out_f:<6d} {t:5d} | {label:24s} | " + " ".join(
             f"{times.get(k, 0) * 1e6:{7 if k == 'main' else 6}.1f}"
             for k in ("xprep", "main", "reduce"))

@@ -87,9 +87,10 @@
 // STAGES (>= FSETS x slots), WGS (1..3 consumer warpgroups, 64 rows each),
 // AST (weight slots of AG groups), FSETS (2 or 3 A fragment sets), AW
 // (1..3 weight-copying warps, default 3), BITS (4 or 8), CLUSTER (0, or 2
-// or 4 K shares of a tile per thread-block cluster; clusters of four
-// 216 KB blocks measured twice as slow on the H200, as if they could not
-// all be placed at once: bench/NOTES.md).
+// K shares of a tile per thread-block cluster; clusters of four 216 KB
+// blocks measured twice as slow on the H200, as if they could not all be
+// placed at once, bench/NOTES.md, and the epilogue's exchange now serves
+// pairs only), KC_TIMELINE (diagnostics: scripts/wg_timeline.py).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -138,8 +139,8 @@ typedef unsigned long long u64;
 #ifndef CLUSTER
 #define CLUSTER 0   // > 0: the K shares of a tile are one thread-block cluster that sums them in shared memory (see affine_wg's epilogue)
 #endif
-#if CLUSTER != 0 && CLUSTER != 2 && CLUSTER != 4
-#error "CLUSTER must be 0, 2 or 4"
+#if CLUSTER != 0 && CLUSTER != 2
+#error "CLUSTER must be 0 or 2"
 #endif
 #ifndef WG_DIAG_NORED
 #define WG_DIAG_NORED 0   // diagnostic only: 1 skips the split-K reductions (wrong results; times their cost)
@@ -185,11 +186,12 @@ typedef unsigned long long u64;
 #if CLUSTER
 #define QROWS (ROWS / CLUSTER)               // rows of the tile each block of a cluster finishes
 #define QTILE_LD (QROWS + 4)                 // one token of a share of those rows (fp32), padded against bank conflicts
+#define SHARE_BYTES (BN * QTILE_LD * 4)      // one share: [BN][QTILE_LD] fp32
 #if QROWS % 16 != 0
 #error "each warp's 16 rows must fall to one block of the cluster"
 #endif
-#if CLUSTER * BN * QTILE_LD * 4 > SMEM_BYTES
-#error "the cluster's shares must fit in the rings"
+#if (CLUSTER + 1) * SHARE_BYTES > SMEM_BYTES
+#error "the cluster's shares and the outgoing one must fit in the rings"
 #endif
 #endif
 // The producer warpgroup's registers after setmaxnreg. At 40 its weight
@@ -280,6 +282,28 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
 // be placed as soon as SMs free up. Both are no-ops in an ordinary launch.
 KC_DEV void kc_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+#ifdef KC_TIMELINE
+// Diagnostics (scripts/wg_timeline.py). kc_tl[block]: %globaltimer (ns)
+// when the main kernel's consumer thread 0 starts (slot 0), passes its
+// grid wait (1), has the first weight stage (2) and the first x stage (3),
+// ends the main loop (4), passes the epilogue's first barrier (5) and ends
+// (6); when the x warp's lane 0 passes its grid wait (7); the SM (8);
+// when it passes the epilogue's second barrier (9).
+// kc_tlp[block]: when xprep's thread 0 starts and when its block ends.
+__device__ unsigned long long kc_tl[4096][10];
+__device__ unsigned long long kc_tlp[8192][2];
+KC_DEV unsigned long long kc_gtime() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define KC_TL(slot) do { if (blockIdx.x < 4096) kc_tl[blockIdx.x][slot] = kc_gtime(); } while (0)
+#define KC_TLP(slot) do { if (blockIdx.x < 8192) kc_tlp[blockIdx.x][slot] = kc_gtime(); } while (0)
+#else
+#define KC_TL(slot) do {} while (0)
+#define KC_TLP(slot) do {} while (0)
+#endif
 
 // Thread-block clusters (sm_90): a barrier over every thread of the
 // cluster (threads that have exited count as arrived), ordering the shared
@@ -372,6 +396,7 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
     __shared__ u32 part[XPREP_THREADS / 32];
     __shared__ float inv[XPREP_TOKENS];                       // 1 / sigma per token
     kc_grid_release();
+    if (threadIdx.x == 0) KC_TLP(0);
     const int tid = threadIdx.x;
     const int tok0 = blockIdx.x * XPREP_TOKENS;
     const int real = max(0, min(XPREP_TOKENS, tokens - tok0));   // tokens of this block inside x
@@ -429,6 +454,10 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
         const int r = it % XPREP_TOKENS, h = (it / XPREP_TOKENS) & 1, g = it / (2 * XPREP_TOKENS);
         kc_xconvert(r < real ? xrows + r * row_bytes : nullptr, r < real ? inv[r] : 0.f, ws, tok0 + r, g, h, groups);
     }
+#ifdef KC_TIMELINE
+    __syncthreads();
+    if (threadIdx.x == 0) KC_TLP(1);
+#endif
 }
 
 KC_DEV void kc_cp16(u32 dst, const void* src) {
@@ -540,10 +569,11 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
           u16* __restrict__ y, int tokens, int in_features, int out_features, int band, int splits, int full)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    // full[STAGES], empty[STAGES] for x; afull[AST], aempty[AST] for weights
-    __shared__ __align__(8) u64 bars[2 * STAGES + 2 * AST];
+    // full[STAGES], empty[STAGES] for x; afull[AST], aempty[AST] for
+    // weights; then the share that arrives from the other block of a cluster
+    __shared__ __align__(8) u64 bars[2 * STAGES + 2 * AST + 1];
     __shared__ __align__(16) float ssigma[BN];   // the tile's token scales
-    __shared__ u16 sbias[ROWS];                  // the block's output bias (0 without)
+    __shared__ __align__(16) u16 sbias[ROWS];    // the block's output bias (0 without)
     const int tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
     const int groups = in_features / GROUP;
@@ -568,6 +598,14 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int g0 = split * wstages / nsplit * AG;
     const int n = min(groups, (split + 1) * wstages / nsplit * AG) - g0;
     kc_grid_release();
+#ifdef KC_TIMELINE
+    if (tid == 0) {
+        KC_TL(0);
+        u32 sm;
+        asm("mov.u32 %0, %%smid;" : "=r"(sm));
+        if (blockIdx.x < 4096) kc_tl[blockIdx.x][8] = sm;
+    }
+#endif
 #if CLUSTER
     // A cluster is the shares of one tile (or whole tiles, which do not
     // talk), and every share has groups: else blocks would write into one
@@ -595,6 +633,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             kc_bar_init(afull0 + 8 * s, 32 * AW);
             kc_bar_init(aempty0 + 8 * s, WGS * 4);
         }
+        kc_bar_init(aempty0 + 8 * AST, 1);   // the share from the other block of a cluster
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -609,6 +648,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             // x: one bulk copy per group, issued by one lane.
             if (lane == 0) {
                 kc_grid_wait();   // the preparation's stages (the weight warps start at once)
+                KC_TL(7);
                 const unsigned char* xsrc = xp + (long long)tile * groups * STAGE_BYTES;
                 for (int i = 0; i < n; ++i) {
                     const int s = i % STAGES;
@@ -763,6 +803,9 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     auto step = [&](u32 (&cur)[16], u32 (&nxt)[16], int grp) {
         const int slot = grp % STAGES;
         kc_bar_wait(full0 + 8 * slot, (grp / STAGES) & 1);
+#ifdef KC_TIMELINE
+        if (grp == 0 && tid == 0) KC_TL(3);
+#endif
         const u32 bstep = sbase + slot * STAGE_BYTES;
         kc_fence_words(cur);
         kc_fence_operands(acc);
@@ -796,6 +839,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // (read after the epilogue's first consumer barrier); the scales, and
     // with a split K the cleared sums, are xprep's, so wait for it.
     kc_grid_wait();
+    if (tid == 0) KC_TL(1);
     const float* sigma = reinterpret_cast<const float*>(xp + kc_sigma_offset(tokens, in_features));
     for (int i = tid; i < BN; i += WGS * 128) ssigma[i] = tile * BN + i < tokens ? sigma[tile * BN + i] : 0.f;
     for (int i = tid; i < ROWS; i += WGS * 128) sbias[i] = bias != nullptr ? bias[min(row0 + i, out_features - 1)] : (u16)0;
@@ -803,6 +847,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // FSETS fragment sets, rotated by unrolling the group loop FSETS times.
     u32 fa0[16], fa1[16];
     kc_bar_wait(afull0, 0);
+    if (tid == 0) KC_TL(2);
     dequant(fa0, words(0), scaling(0));
     int grp = 0;
 #if FSETS == 2
@@ -823,6 +868,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 #endif
     kc_wg_wait<0>();
     kc_fence_operands(acc);
+    if (tid == 0) KC_TL(4);
 
     // Epilogue, once every consumer is done with the x ring: the tile as
     // bf16 of acc * sigma + bias into shared memory (element 4j+e is local
@@ -830,46 +876,72 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // coalesced 16-byte stores of 8 rows each.
 #if CLUSTER
     if (nsplit > 1) {
-        // The tile's CLUSTER shares are the blocks of one cluster, block
+        // The tile's two K shares are the blocks of one cluster, block
         // (rank) r finishing rows [r*QROWS, (r+1)*QROWS) of the tile. Once
-        // every block is past its main loop (its rings are free), each warp
-        // writes its rows' acc * sigma into the finishing block's shared
-        // memory, as share `split` ([CLUSTER][BN][QTILE_LD] fp32); then
-        // each block adds its rows' shares in order, adds the bias and
-        // stores y: no workspace sums, no reduce launch, and a result that
-        // does not depend on timing.
-        kc_cluster_sync();
-        const int dest = (64 * wg + 16 * wi) / QROWS, rq = rl0 - dest * QROWS;
-        const u32 share = kc_cluster_addr(sbase, (u32)dest) + (u32)(split * BN * QTILE_LD) * 4u;
+        // the block's consumers are past the main loop, each warp writes its
+        // rows' acc * sigma in fp32 ([BN][QTILE_LD]) into this block's
+        // shared memory: as share `split` where this block finishes the
+        // rows, else into the outgoing buffer. Past a cluster barrier (the
+        // other block is done with its rings too), one bulk copy moves the
+        // outgoing buffer into the other block's share `split`, counted on
+        // that block's mbarrier. Then each block adds its rows' shares in
+        // order, adds the bias and stores y: no workspace sums, no reduce
+        // launch, and a result that does not depend on timing. (Storing the
+        // shares into the other block 4 bytes at a time took 2.2 us at
+        // 4096^2 and 4.8 at 28672->8192, 256 tokens: bench/NOTES.md,
+        // sixteenth session.)
+        const u32 xbar = aempty0 + 8 * AST;
+        const u32 other = (u32)(split ^ 1);
+        const int owner = (64 * wg + 16 * wi) / QROWS, rq = rl0 - owner * QROWS;
+        float* const out = reinterpret_cast<float*>(smem + (owner == split ? split : CLUSTER) * SHARE_BYTES);
+        kc_consumer_sync();   // every consumer warp is past the main loop: the rings are free
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
             const float2 sg = *reinterpret_cast<const float2*>(ssigma + 8 * j + 2 * tig);
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                kc_cluster_store(share + (u32)((8 * j + 2 * tig + (e & 1)) * QTILE_LD + rq + 8 * (e >> 1)) * 4u,
-                                 acc[4 * j + e] * ((e & 1) ? sg.y : sg.x));
+                out[(8 * j + 2 * tig + (e & 1)) * QTILE_LD + rq + 8 * (e >> 1)] = acc[4 * j + e] * ((e & 1) ? sg.y : sg.x);
         }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the outgoing buffer, to the bulk copy
         kc_cluster_sync();
-        const float* shares = reinterpret_cast<const float*>(smem);
-        for (int c = tid; c < BN * (QROWS / 8); c += WGS * 128) {
+        if (tid == 0) {
+            KC_TL(5);
+            kc_bar_expect(xbar, SHARE_BYTES);   // the other block's share, into this one's
+            asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                         :: "r"(kc_cluster_addr(sbase + split * SHARE_BYTES, other)), "r"(sbase + CLUSTER * SHARE_BYTES),
+                            "n"(SHARE_BYTES), "r"(kc_cluster_addr(xbar, other)) : "memory");
+        }
+        kc_bar_wait(xbar, 0);
+        // This block has both shares; the other may exit once it has too
+        // (its copy reads this block's outgoing buffer until then).
+        asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
+        if (tid == 0) KC_TL(9);
+        const float* sh = reinterpret_cast<const float*>(smem);
+        constexpr int RUNS = BN * (QROWS / 8) / (WGS * 128);   // 8-row runs per thread
+        static_assert(BN * (QROWS / 8) % (WGS * 128) == 0, "every thread takes the same number of runs");
+#pragma unroll
+        for (int it = 0; it < RUNS; ++it) {
+            const int c = tid + it * WGS * 128;
             const int tl = c / (QROWS / 8), rloc = 8 * (c % (QROWS / 8));
             const int tok = tile * BN + tl, rt = split * QROWS + rloc, row = row0 + rt;
-            if (tok >= tokens || row >= out_features) continue;
-            float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int sh = 0; sh < CLUSTER; ++sh) {
-                const float* p = shares + (sh * BN + tl) * QTILE_LD + rloc;
-                const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-                v[0] += a.x; v[1] += a.y; v[2] += a.z; v[3] += a.w;
-                v[4] += b.x; v[5] += b.y; v[6] += b.z; v[7] += b.w;
-            }
-#pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] += kc_bf16(sbias[rt + i]);
+            const float* p0 = sh + tl * QTILE_LD + rloc;
+            const float* p1 = p0 + BN * QTILE_LD;
+            const float4 a0 = *reinterpret_cast<const float4*>(p0), a1 = *reinterpret_cast<const float4*>(p0 + 4);
+            const float4 b0 = *reinterpret_cast<const float4*>(p1), b1 = *reinterpret_cast<const float4*>(p1 + 4);
+            const kc_u4 bw = *reinterpret_cast<const kc_u4*>(sbias + rt);
+            // the shares in order (share 0 first), then the bias
+            const float v[8] = {a0.x + b0.x + kc_bf16(bw.x & 0xFFFFu), a0.y + b0.y + kc_bf16(bw.x >> 16),
+                                a0.z + b0.z + kc_bf16(bw.y & 0xFFFFu), a0.w + b0.w + kc_bf16(bw.y >> 16),
+                                a1.x + b1.x + kc_bf16(bw.z & 0xFFFFu), a1.y + b1.y + kc_bf16(bw.z >> 16),
+                                a1.z + b1.z + kc_bf16(bw.w & 0xFFFFu), a1.w + b1.w + kc_bf16(bw.w >> 16)};
             u32 o[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(o[i]) : "f"(v[2 * i + 1]), "f"(v[2 * i]));
-            *reinterpret_cast<kc_u4*>(y + (long long)tok * out_features + row) = kc_u4{o[0], o[1], o[2], o[3]};
+            if (tok < tokens && row < out_features)
+                *reinterpret_cast<kc_u4*>(y + (long long)tok * out_features + row) = kc_u4{o[0], o[1], o[2], o[3]};
         }
+        if (tid == 0) KC_TL(6);
+        asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
         return;
     }
 #endif
@@ -889,6 +961,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         }
         kc_consumer_sync();
         float* sum = reinterpret_cast<float*>(xp + kc_sum_offset(tokens, in_features));
+#pragma unroll 8
         for (int c = tid; c < BN * (ROWS / 4); c += WGS * 128) {
             const int tl = c / (ROWS / 4), rc = c % (ROWS / 4);
             const int tok = tile * BN + tl, row = row0 + 4 * rc;
@@ -900,27 +973,45 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         }
         return;
     }
-    u16* otile = reinterpret_cast<u16*>(smem);
+    // The tile as bf16 into shared memory ([BN][OTILE_LD], rows
+    // contiguous) by stmatrix .trans: each 8x8 matrix of the accumulator
+    // layout (8 rows of 8 tokens, a lane holding two tokens of one row) is
+    // stored as 8 tokens of 8 rows; a lane gives the address of token ri
+    // of matrix mi (0, 1: rows rl0 - g8 and + 8 of token block j; 2, 3:
+    // those of block j + 1). Then 16-byte stores of 8 rows each.
+    if (tid == 0) KC_TL(5);
     const float b0 = kc_bf16(sbias[rl0]), b1 = kc_bf16(sbias[rl0 + 8]);
+    {
+        const int mi = lane >> 3, ri = lane & 7;
+        const u32 st_base = sbase + (u32)(((8 * (mi >> 1) + ri) * OTILE_LD + 64 * wg + 16 * wi + 8 * (mi & 1)) * 2);
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-        const float2 sg = *reinterpret_cast<const float2*>(ssigma + 8 * j + 2 * tig);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float v = acc[4 * j + e] * ((e & 1) ? sg.y : sg.x) + ((e >> 1) ? b1 : b0);
-            u16 h;
-            asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-            otile[(8 * j + 2 * tig + (e & 1)) * OTILE_LD + rl0 + 8 * (e >> 1)] = h;
+        for (int j = 0; j < BN / 8; j += 2) {
+            const float2 s0 = *reinterpret_cast<const float2*>(ssigma + 8 * j + 2 * tig);
+            const float2 s1 = *reinterpret_cast<const float2*>(ssigma + 8 * j + 8 + 2 * tig);
+            u32 r[4];
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r[0]) : "f"(acc[4 * j + 1] * s0.y + b0), "f"(acc[4 * j] * s0.x + b0));
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r[1]) : "f"(acc[4 * j + 3] * s0.y + b1), "f"(acc[4 * j + 2] * s0.x + b1));
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r[2]) : "f"(acc[4 * j + 5] * s1.y + b0), "f"(acc[4 * j + 4] * s1.x + b0));
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r[3]) : "f"(acc[4 * j + 7] * s1.y + b1), "f"(acc[4 * j + 6] * s1.x + b1));
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                         :: "r"(st_base + (u32)(8 * j * OTILE_LD * 2)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
         }
     }
     kc_consumer_sync();
-    for (int c = tid; c < BN * (ROWS / 8); c += WGS * 128) {
+    if (tid == 0) KC_TL(9);
+    const u16* otile = reinterpret_cast<const u16*>(smem);
+    constexpr int RUNS = BN * (ROWS / 8) / (WGS * 128);   // 8-row runs per thread
+    static_assert(BN * (ROWS / 8) % (WGS * 128) == 0, "every thread takes the same number of runs");
+#pragma unroll
+    for (int it = 0; it < RUNS; ++it) {
+        const int c = tid + it * WGS * 128;
         const int tl = c / (ROWS / 8), rc = c % (ROWS / 8);
         const int tok = tile * BN + tl, row = row0 + 8 * rc;
+        const kc_u4 v = *reinterpret_cast<const kc_u4*>(otile + tl * OTILE_LD + 8 * rc);
         if (tok < tokens && row < out_features)
-            *reinterpret_cast<kc_u4*>(y + (long long)tok * out_features + row) =
-                *reinterpret_cast<const kc_u4*>(otile + tl * OTILE_LD + 8 * rc);
+            *reinterpret_cast<kc_u4*>(y + (long long)tok * out_features + row) = v;
     }
+    if (tid == 0) KC_TL(6);
 }
 
 // ---------------------------------------------------------------------------
