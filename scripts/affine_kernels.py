@@ -1318,20 +1318,24 @@ def sweep_configs(bits, group, t, in_f, out_f):
 # -----------------------------------------------------------------------------
 
 def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16, fsets: int = 0,
-              splits: int = 1, full: int = 0, sms: int = 0, cluster: int = 0) -> dict:
+              splits: int = 1, full: int = 0, sms: int = 0, cluster: int = 0, sk: int = 0) -> dict:
     """A variant of wg.cu; the defaults are plugins/qmm/wgmma.go's wgMid
     (fsets 0 keeps the kernel's FSETS; splits > 1 splits K across blocks;
-    full: leading tiles left whole, -1 for the plugin's rule, with a
-    single token tile, of whole waves of `sms` (default the GPU's) unsplit
-    and the rest split; cluster = splits: a tile's shares are one
-    thread-block cluster that sums them in shared memory, the CLUSTER
-    macro)."""
-    cfg = dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _splits=splits, _full=full, _sms=sms,
+    full: leading tiles left whole, -1 for the plugin's rule, of whole
+    waves of `sms` (default the GPU's) unsplit and the rest split or
+    shared by stream-K, with a single token tile unless stream-K; cluster
+    = splits: a tile's shares are one thread-block cluster that sums them
+    in shared memory, the CLUSTER macro; sk: the tiles after `full` shared
+    by sk stream-K blocks, -1 for `sms`, clamped to at least those tiles
+    and at most their weight stages)."""
+    cfg = dict(BN=bn, STAGES=stages, WGS=wgs, AST=ast, _band=band, _splits=splits, _full=full, _sms=sms, _sk=sk,
                _arch="sm_90a")
     if fsets:
         cfg["FSETS"] = fsets
     if cluster:
         cfg["CLUSTER"] = cluster
+    if sk:
+        cfg["STREAMK"] = 1
     cfg.update(WG_OVER)
     return cfg
 
@@ -1362,7 +1366,10 @@ def wg_tile_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 
     or, past whole waves of a single token tile, the whole waves unsplit
     and the last partial wave's tiles split in the smallest of 2, 3 or 4
     shares that most shortens it; up to 128 tokens, 128-token tiles when
-    those give more than one block per two SMs, else 64-token tiles."""
+    those give more than one block per two SMs, else 64-token tiles.
+    With WG_STREAMK (--no-streamk turns it off), at 129-256 tokens the
+    tiles past whole waves are instead shared by one stream-K block per SM
+    where they hold at least 4 weight stages (of 8 groups) per SM."""
     sms = sms or SMS
     blocks = lambda bn: -(-out_f // 128) * -(-tokens // bn)
     groups = in_f // 64
@@ -1373,6 +1380,10 @@ def wg_tile_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 
         return wg_config(256, 3, 2, 3, 16, 2, 2, 0, 0, 2) if bn == 256 else wg_config(bn, 6, 2, 3, 16, 3, 2, 0, 0, 2)
     if tokens > 128:
         tiles = blocks(256)
+        rest, stages = tiles % sms, -(-groups // 8)
+        if WG_STREAMK and tokens <= 256 and tiles > sms and rest * stages >= 4 * sms:
+            # stream-K: whole waves, then the rest shared by one block per SM
+            return wg_config(256, 3, 2, 3, 16, 2, 1, tiles - rest, 0, 0, sms)
         if tiles <= sms:
             return wg_config(256, 3, 2, 3, 16, 2)
         rest, best = tiles % sms, (1, 1)   # (rounds, shares) of the tail
@@ -1408,11 +1419,15 @@ class WGNotServed(ValueError):
     """A wg.cu variant that cannot run a request (a cluster's share without groups)."""
 
 
-def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: int) -> int:
+def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: int, shared: int = 0, sk: int = 0) -> int:
     """The stages of x / sigma, one float sigma per padded token, then
-    (split K without a cluster) the fp32 sums."""
+    (split K without a cluster) the fp32 sums, or (stream-K) one int
+    counter per shared tile, rounded up to 16 bytes, and one partial of
+    BN/2 floats per consumer thread per stream-K block."""
     tiles = -(-tokens // cfg["BN"])
     sums = tokens * out_f * 4 if splits > 1 and not cfg.get("CLUSTER") else 0
+    if sk:
+        sums = -(-shared // 4) * 16 + sk * (cfg["BN"] // 2) * 128 * cfg["WGS"] * 4
     return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4 + sums
 
 
@@ -1450,22 +1465,28 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     row_blocks = -(-out_f // (64 * cfg["WGS"]))
     t_all = row_blocks * tiles
     full = cfg.get("_full", 0)
-    if full < 0:   # the rule: whole waves of a single token tile unsplit, the rest split
-        sms = cfg.get("_sms") or SMS
-        full = t_all - t_all % sms if tiles == 1 and t_all > sms else 0
-    full = min(full, t_all) if tiles == 1 else 0   # split tails need a single token tile
+    sk = cfg.get("_sk", 0)
+    sms = cfg.get("_sms") or SMS
+    if full < 0:   # the rule: whole waves unsplit (of a single token tile unless stream-K), the rest split or shared
+        full = t_all - t_all % sms if (tiles == 1 or sk) and t_all > sms else 0
+    full = min(full, t_all) if tiles == 1 or sk else 0   # split tails need a single token tile
     if full == t_all:
+        splits, sk = 1, 0
+    if sk:   # stream-K: at least one block per shared tile, at most one per weight stage
+        shared = t_all - full
+        units = shared * -(-(in_f // 64) // wg_group_stage(cfg)[0])
+        sk = max(shared, min(sms if sk < 0 else sk, units))
         splits = 1
-    if splits == 1:
+    if splits == 1 and not sk:
         full = 0
     cluster = cfg.get("CLUSTER", 0)
     if cfg.get("BITS", 4) != wt.bits:
         raise ValueError(f"variant for {cfg.get('BITS', 4)} bits, weights of {wt.bits}")
     stages = -(-(in_f // 64) // wg_group_stage(cfg)[0])
-    if cluster and (splits != cluster or full % cluster or stages < cluster):
+    if cluster and (splits != cluster or full % cluster or stages < cluster or sk):
         raise WGNotServed(f"CLUSTER {cluster}: splits {splits}, full {full}, {stages} weight stages")
     row_first = full * 64 * cfg["WGS"]
-    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits), dtype=torch.uint8, device="cuda")
+    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits, t_all - full, sk), dtype=torch.uint8, device="cuda")
     reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 and not cluster else None
     smem = wg_smem(cfg)
     xprep = get_kernel(WG_CU, cfg, 2 * cfg.get("XPREP_TOKENS", 2) * in_f, name="affine_wg_xprep")
@@ -1475,14 +1496,15 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     biases = wt.biases if biases is None else biases
     p = lambda t: np.uint64(t.data_ptr())
     args_xprep = (p(x), p(xp), np.int32(tokens), np.int32(in_f), np.int32(out_f),
-                  np.int32(1 if cluster else splits), np.int32(row_first))   # a cluster needs no cleared sums
+                  np.int32(1 if cluster else splits), np.int32(row_first),   # a cluster needs no cleared sums
+                  np.int32(t_all - full if sk else 0))                        # stream-K's tile counters
     bias_p = np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0)
     args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(row_first))
     args_main = (p(xp), p(w), p(scales), p(biases),
                  np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
                  p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]), np.int32(splits),
-                 np.int32(full))
-    grid_main = full + (row_blocks * tiles - full) * splits
+                 np.int32(full), np.int32(sk))
+    grid_main = full + (sk if sk else (row_blocks * tiles - full) * splits)
     reduce_chunks = tokens * ((out_f - row_first) // 8)
     threads = wg_threads(cfg)
 
@@ -1520,6 +1542,7 @@ def default_wg_configs():
 
 WG_CONFIGS = None   # --wg's variants: default_wg_configs() or --wg-configs
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
+WG_STREAMK = True     # --no-streamk: the rule without stream-K (wg_tile_rule), for same-call comparisons
 WG_PDL = True         # --no-pdl: launch the wgmma path's kernels, the bulk and the stream kernel without early start
 TMA_L2PROMO = 2        # --tma-l2: the tensor maps' L2 promotion (CU_TENSOR_MAP_L2_PROMOTION_*: 0 none, 1 64B, 2 128B as the plugin, 3 256B)
 STREAM_PDL_TOKENS = 8  # --stream-pdl-tokens: the most tokens the stream kernel starts early at (Go: StreamConfig.EarlyStart)
@@ -1726,15 +1749,15 @@ def run_wg(quick: bool, bench: bool = True):
                 ok, detail = ok_e and ok_o, f"{detail}; x*2^{xe} tokens /2^{xe}: {detail_o}"
             ok_all &= ok
             if not ok:
-                failed.add((variant_key(WG_CU, cfg), cfg["_splits"], cfg["_full"]))
+                failed.add((variant_key(WG_CU, cfg), cfg["_splits"], cfg["_full"], cfg.get("_sk", 0)))
             print(f"{'PASS' if ok else 'FAIL'} wg q{bits} {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
-                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']} full={cfg['_full']} C={cfg.get('CLUSTER', 0)}"
+                  f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']} full={cfg['_full']} SK={cfg.get('_sk', 0)} C={cfg.get('CLUSTER', 0)}"
                   f"{f' x*2^{xe}' if xe else ''}  {detail}", flush=True)
         del wt
     bits = BENCH_QUANT[0]
     cfgs = [wg_with_bits(c, bits) for c in cfgs]
     if not WG_TIME_ALL:
-        cfgs = [c for c in cfgs if (variant_key(WG_CU, c), c["_splits"], c["_full"]) not in failed]   # time the correct ones only
+        cfgs = [c for c in cfgs if (variant_key(WG_CU, c), c["_splits"], c["_full"], c.get("_sk", 0)) not in failed]   # time the correct ones only
     if not bench:
         return ok_all
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
@@ -1761,7 +1784,7 @@ def run_wg(quick: bool, bench: bool = True):
                     keep.append(ws)
                     fns.append(run)
                 ts = time_launches(fns)
-                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')} S={cfg['_splits']} full={cfg['_full']} C={cfg.get('CLUSTER', 0)}"
+                print(f"{in_f:6d}->{out_f:<6d} {t:5d} {anchor * 1e6:9.1f} | wg BN={cfg['BN']} ST={cfg['STAGES']} WGS={cfg['WGS']} AST={cfg['AST']} band={cfg['_band']} F={cfg.get('FSETS', '-')} S={cfg['_splits']} full={cfg['_full']} SK={cfg.get('_sk', 0)} C={cfg.get('CLUSTER', 0)}"
                       f"{ts * 1e6:9.1f} {anchor / ts:7.2f}  {2 * t * in_f * out_f / ts / 1e12:6.0f} TFLOP/s"
                       f" (torch {2 * t * in_f * out_f / anchor / 1e12:4.0f})", flush=True)
         del qcopies, dense, wt
@@ -1800,7 +1823,8 @@ def main():
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
-    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS[:CLUSTER]]]]],... (default: default_wg_configs())")
+    ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS[:CLUSTER[:SK]]]]]],... (default: default_wg_configs())")
+    ap.add_argument("--no-streamk", action="store_true", help="the wgmma rule without stream-K (its split tails instead)")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
     ap.add_argument("--no-pdl", action="store_true",
@@ -1815,6 +1839,8 @@ def main():
     TMA_L2PROMO = args.tma_l2
     KERNELS = tuple(args.kernel or ())
     WG_PDL = not args.no_pdl
+    global WG_STREAMK
+    WG_STREAMK = not args.no_streamk
     global STREAM_ONLY, BENCH_TOKENS, BENCH_SHAPES
     STREAM_ONLY = args.stream_sweep
     if args.stream_configs:
@@ -1870,7 +1896,11 @@ def main():
                           wg_choose(64, 14336), wg_choose(256, 4096, in_f=4096), wg_choose(128, 4096, in_f=4096),
                           wg_choose(64, 4096, in_f=4096), wg_choose(128, 8192, in_f=28672),
                           wg_choose(64, 8192, in_f=28672),   # the variants the plugin runs
-                          wg_config(256, 3, 2, 3, 16, 2, 4, -1, 6)]   # whole waves of 6 tiles, then split in 4
+                          wg_config(256, 3, 2, 3, 16, 2, 4, -1, 6),   # whole waves of 6 tiles, then split in 4
+                          # stream-K: whole waves of 6 tiles, then 7 blocks over the rest; one block per weight stage
+                          # (every block of a tile but the last a contributor); 128-token tiles, one block per SM
+                          wg_config(256, 3, 2, 3, 16, 2, 1, -1, 6, 0, 7), wg_config(256, 3, 2, 3, 16, 2, 1, 0, 0, 0, 1 << 20),
+                          wg_config(128, 6, 2, 3, 16, 3, 1, 0, 0, 0, -1)]
             ok = run_wg(args.quick, bench=False) and ok
     if args.only in (None, "bench"):
         run_bench(args.quick, args.sweep)

@@ -27,12 +27,14 @@ def main():
     ap.add_argument("--define", action="append", default=[], help="extra wg.cu macro K=V (diagnostics)")
     ap.add_argument("--no-pdl", action="store_true", help="main and reduce without early start")
     ap.add_argument("--source", help="another wg.cu to time (an A/B against an older copy)")
+    ap.add_argument("--no-streamk", action="store_true", help="the rule without stream-K (split tails instead)")
     args = ap.parse_args()
     if args.source:
         ak.WG_CU = Path(args.source).resolve()
         ak.ENTRY[ak.WG_CU] = "affine_wg"
         ak.KIND_OF[ak.WG_CU] = "wg"
     ak.WG_PDL = not args.no_pdl
+    ak.WG_STREAMK = not args.no_streamk
     extra = {k: int(v) for k, v in (d.split("=") for d in args.define)}
     ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
     t = args.tokens
@@ -53,7 +55,7 @@ def main():
             fns = [dict(r.parts)[name] for r, _ in runs] if name == "main" else [dict(runs[0][0].parts)[name]]
             times[name] = ak.time_launches(fns)
         again = ak.time_launches([r for r, _ in runs])
-        label = f"S={cfg['_splits']} full={cfg['_full']} BN={cfg['BN']}" + "".join(f" {k}={v}" for k, v in extra.items())
+        label = f"S={cfg['_splits']} full={cfg['_full']} SK={cfg.get('_sk', 0)} BN={cfg['BN']}" + "".join(f" {k}={v}" for k, v in extra.items())
         if args.source:
             label += f" {Path(args.source).name}"
         print(f"{in_f:6d}->{out_f:<6d} {t:5d} | {label:24s} | " + " ".join(

@@ -43,6 +43,11 @@ const (
 	// wgMinTokens: fewer tokens are qmm/stream's range; 16- and 32-token
 	// tiles of this kernel were timed there and lost (bench/NOTES.md).
 	wgMinTokens = affinegpu.StreamMaxTokens + 1
+	// wgStreamKStagesPerSM: the tiles past whole waves of 256-token tiles
+	// are shared by one stream-K block per multiprocessor where they hold
+	// at least this many weight stages (of 8 groups) per multiprocessor;
+	// shorter tails keep split tiles (chooseWG).
+	wgStreamKStagesPerSM = 4
 	// wgMaxWorkspace bounds the workspace: the permuted copy of x the kernel
 	// stages from, the token scales and, with a split K, the fp32 sums.
 	wgMaxWorkspace = 2 << 30
@@ -164,6 +169,12 @@ type wgConfig struct {
 	// XPrepThreads is affine_wg_xprep's block, wgXPrepThreads or
 	// wgXPrepWideThreads (the XPREP_THREADS macro; chooseWG sets it).
 	XPrepThreads int
+	// StreamK, when above 0, is the number of stream-K blocks that share
+	// the tiles after the first Full (the STREAMK macro and the kernel's
+	// sk argument): one run of their weight stages each, at most part of
+	// two tiles, partial sums through the workspace, no reduce launch.
+	// Splits is then 1.
+	StreamK int
 }
 
 // The variants QMM's Hopper candidate runs: 256-token tiles (the most
@@ -204,12 +215,19 @@ var (
 // 197–207 µs either way, with one launch fewer and a result that does not
 // depend on timing). Otherwise, above 128 tokens, 256-token tiles
 // (4096→14336: 112 blocks, unsplit); when a single token tile's row
-// blocks overrun whole waves, the whole waves stay unsplit and only the
-// last partial wave's tiles are split, so that they finish sooner
-// (4096→18944 at 256 tokens: 132 whole tiles, then 16 tiles × 4 shares,
-// 1.25 tile times instead of 2, measured 112.9 → 78.9 µs; at 8192→28672,
-// 92 tiles × 4 shares would make 1.75 instead of 2, but their fp32 atomics
-// cost as much, a tie).
+// blocks overrun whole waves, the whole waves stay unsplit and the last
+// partial wave's tiles are shared, so that they finish sooner. Where
+// those tiles hold at least wgStreamKStagesPerSM weight stages per
+// multiprocessor, one stream-K block per multiprocessor takes an even run
+// of their stages (8192→28672 at 256 tokens: 132 whole tiles, then 92
+// shared by 132 blocks; same call, two rounds, µs, against the split
+// tails below: 177.8–198.9 against 196.9–211.7 at 256 tokens, 170.2–188.1
+// against 192.8–198.4 at 200, 170.9–174.6 against 176.1–182.6 at 136;
+// 4096→28672 103.4–106.9 against 118.9–123.5, 99.1–100.3 against
+// 110.0–111.7 and 92.6–93.0 against 102.2–102.6; bench/NOTES.md,
+// sixteenth session). Shorter tails are split in 2, 3 or 4 (4096→18944 at
+// 256 tokens: 132 whole tiles, then 16 tiles × 4 shares, 1.25 tile times
+// instead of 2, measured 112.9 → 78.9 µs).
 // From 65 to 128 tokens, unsplit, it picks 128-token tiles when those give
 // more than one block per two multiprocessors, else 64-token tiles.
 // "Fits one wave" counts multiprocessors, not resident clusters: on the
@@ -265,7 +283,12 @@ func chooseWGTile(req sdk.Request, sms int) wgConfig {
 		if tiles <= sms {
 			return c
 		}
-		if rest := tiles % sms; rest > 0 && req.Tokens <= c.BN {
+		rest := tiles % sms
+		if stages := ceilDiv(groups, 8); rest > 0 && req.Tokens <= c.BN && rest*stages >= wgStreamKStagesPerSM*sms {
+			c.Full, c.StreamK = tiles-rest, sms
+			return c
+		}
+		if rest > 0 && req.Tokens <= c.BN {
 			// The tail's makespan in tile times is ceil(rest*s/sms)/s;
 			// take the s that makes it shortest (the smaller s on a tie).
 			bestRounds, bestS := 1, 1
@@ -299,6 +322,9 @@ func (c wgConfig) variant() gpukernel.Variant {
 	}
 	if t := c.xprepThreads(); t != wgXPrepThreads {
 		defines["XPREP_THREADS"] = t
+	}
+	if c.StreamK > 0 {
+		defines["STREAMK"] = 1
 	}
 	return gpukernel.Variant{Entry: wgEntry, ArchSpecific: true, Defines: defines}
 }
@@ -338,7 +364,18 @@ func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 	if c.sumsInMemory() {
 		n += int64(req.Tokens) * int64(req.OutFeatures) * 4
 	}
+	if c.StreamK > 0 {
+		// a counter per shared tile, rounded up to 16 bytes, then a partial
+		// of BN/2 floats per consumer thread per stream-K block
+		n += int64(ceilDiv(c.sharedTiles(req), 4))*16 + int64(c.StreamK)*int64(c.BN/2)*int64(128*c.WGS)*4
+	}
 	return n
+}
+
+// sharedTiles are the tiles after the first Full: split, or shared by the
+// stream-K blocks.
+func (c wgConfig) sharedTiles(req sdk.Request) int {
+	return c.tiles(req)*ceilDiv(req.OutFeatures, 64*c.WGS) - c.Full
 }
 
 // sumsInMemory says whether split tiles add their shares into fp32 sums
@@ -353,8 +390,10 @@ func (c wgConfig) rowFirst() int { return c.Full * 64 * c.WGS }
 // mainBlocks is the main kernel's grid: one block per whole tile, Splits
 // per split one.
 func (c wgConfig) mainBlocks(req sdk.Request) int {
-	tiles := c.tiles(req) * ceilDiv(req.OutFeatures, 64*c.WGS)
-	return c.Full + (tiles-c.Full)*c.Splits
+	if c.StreamK > 0 {
+		return c.Full + c.StreamK
+	}
+	return c.Full + c.sharedTiles(req)*c.Splits
 }
 
 // wgLaunches are the launches of one call, in stream order.
@@ -381,11 +420,15 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	if c.sumsInMemory() {
 		clearSums = splits
 	}
+	counters := sdk.Int32Param(0) // and stream-K's tile counters
+	if c.StreamK > 0 {
+		counters = sdk.Int32Param(int32(c.sharedTiles(req)))
+	}
 	var l wgLaunches
 	l.prep = gpukernel.Launch{
 		Grid: [3]uint32{uint32(tiles * c.BN / wgXPrepTokens), 1, 1}, Block: [3]uint32{uint32(c.xprepThreads()), 1, 1},
 		SharedBytes: uint32(wgXPrepTokens * 2 * req.InFeatures),
-		Params:      []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, clearSums, rowFirst},
+		Params:      []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in, out, clearSums, rowFirst, counters},
 	}
 	// The main kernel and the reduction start early (programmatic
 	// dependent launch): the main kernel's weight copies and set-up
@@ -395,7 +438,8 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 		Grid: [3]uint32{uint32(c.mainBlocks(req)), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},
 		SharedBytes: uint32(c.sharedBytes()), Programmatic: true,
 		Params: []sdk.Param{ws, sdk.BufferParam(affine.Weight), sdk.BufferParam(affine.Scales), sdk.BufferParam(affine.Biases),
-			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band)), splits, sdk.Int32Param(int32(c.Full))},
+			bias, sdk.BufferParam(affine.Y), tok, in, out, sdk.Int32Param(int32(c.Band)), splits, sdk.Int32Param(int32(c.Full)),
+			sdk.Int32Param(int32(c.StreamK))},
 	}
 	if c.sumsInMemory() {
 		chunks := req.Tokens * ((req.OutFeatures - c.rowFirst()) / 8)
@@ -414,5 +458,9 @@ func (c wgConfig) describe() string {
 	if c.Cluster {
 		cluster = " in clusters"
 	}
-	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d xprep=%d", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full, c.xprepThreads())
+	streamK := ""
+	if c.StreamK > 0 {
+		streamK = fmt.Sprintf(" streamk=%d", c.StreamK)
+	}
+	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d%s xprep=%d", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full, streamK, c.xprepThreads())
 }

@@ -53,38 +53,45 @@ func TestWGMMAServesInt8G64(t *testing.T) {
 // 64-row tiles in 2 K shares summed within a cluster, where 4 shares of
 // its blocks would fit one wave; else the tile's K in 2 shares, a cluster
 // each, where 2 fit; else 256-token tiles above 128 tokens, or, past whole
-// waves of a single token tile, only the last partial wave's tiles split
-// (their sums through memory); up to 128 tokens, 128-token tiles when
-// those give more than one block per two multiprocessors, else 64.
+// waves of a single token tile, the last partial wave's tiles shared by
+// one stream-K block per multiprocessor where they hold 4 weight stages
+// per multiprocessor, else split (their sums through memory); up to 128
+// tokens, 128-token tiles when those give more than one block per two
+// multiprocessors, else 64.
 func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 	for _, c := range []struct {
-		tokens, in, out, bn, wgs, splits, full int
-		cluster                                bool
+		tokens, in, out, bn, wgs, splits, full, streamK int
+		cluster                                         bool
 	}{
-		{64, 4096, 14336, 64, 2, 1, 0, false},     // one narrow tile
-		{64, 4096, 4096, 64, 1, 2, 0, true},       // 32 narrow tiles × 4 would fit: 64 × 2 in clusters
-		{33, 14336, 4096, 64, 1, 2, 0, true},      // the same
-		{128, 4096, 4096, 128, 1, 2, 0, true},     // 32 tiles of 128 tokens × 4 would fit: 64 × 2 in clusters
-		{100, 2048, 1032, 128, 2, 2, 0, true},     // 32 groups: two shares, not four
-		{100, 1024, 1032, 64, 2, 1, 0, false},     // 16 groups: one share; 9 tiles of 128 tokens, so 64-token tiles
-		{128, 4096, 14336, 128, 2, 1, 0, false},   // 112 blocks of 128 tokens
-		{128, 28672, 8192, 128, 2, 2, 0, true},    // 64 tiles × 2 in clusters (64-token tiles would make 128 blocks)
-		{64, 28672, 8192, 64, 2, 2, 0, true},      // 64 tiles × 2 in clusters
-		{256, 4096, 14336, 256, 2, 1, 0, false},   // 112 blocks of 256 tokens
-		{256, 8192, 28672, 256, 2, 4, 132, false}, // 224 tiles: a whole wave, then 92 × 4 (1.75 tile times, not 2)
-		{256, 4096, 17920, 256, 2, 4, 132, false}, // 140 tiles: 8 × 4 after the wave
-		{200, 2048, 17920, 256, 2, 2, 132, false}, // 32 groups: at most two shares
-		{256, 8192, 33792, 256, 2, 1, 0, false},   // 264 tiles, two whole waves
-		{256, 14336, 4096, 256, 1, 2, 0, true},    // 32 tiles × 4 would fit: 64 × 2 in clusters
-		{256, 28672, 8192, 256, 2, 2, 0, true},    // 64 tiles × 2 in clusters
-		{256, 4096, 4096, 256, 1, 2, 0, true},     // 32 tiles × 4 would fit: 64 × 2 in clusters
-		{200, 4096, 1032, 256, 1, 2, 0, true},     // 9 tiles: 17 × 2 in clusters
-		{256, 2048, 4096, 256, 2, 2, 0, true},     // 32 groups: two shares of 16
-		{512, 8192, 28672, 256, 2, 1, 0, false},   // 448 tiles over two token tiles
-		{4096, 14336, 4096, 256, 2, 1, 0, false},  // 512 blocks
+		{64, 4096, 14336, 64, 2, 1, 0, 0, false},       // one narrow tile
+		{64, 4096, 4096, 64, 1, 2, 0, 0, true},         // 32 narrow tiles × 4 would fit: 64 × 2 in clusters
+		{33, 14336, 4096, 64, 1, 2, 0, 0, true},        // the same
+		{128, 4096, 4096, 128, 1, 2, 0, 0, true},       // 32 tiles of 128 tokens × 4 would fit: 64 × 2 in clusters
+		{100, 2048, 1032, 128, 2, 2, 0, 0, true},       // 32 groups: two shares, not four
+		{100, 1024, 1032, 64, 2, 1, 0, 0, false},       // 16 groups: one share; 9 tiles of 128 tokens, so 64-token tiles
+		{128, 4096, 14336, 128, 2, 1, 0, 0, false},     // 112 blocks of 128 tokens
+		{128, 28672, 8192, 128, 2, 2, 0, 0, true},      // 64 tiles × 2 in clusters (64-token tiles would make 128 blocks)
+		{64, 28672, 8192, 64, 2, 2, 0, 0, true},        // 64 tiles × 2 in clusters
+		{256, 4096, 14336, 256, 2, 1, 0, 0, false},     // 112 blocks of 256 tokens
+		{256, 8192, 28672, 256, 2, 1, 132, 132, false}, // 224 tiles: a whole wave, then 92 shared by 132 stream-K blocks
+		{256, 4096, 17920, 256, 2, 4, 132, 0, false},   // 140 tiles: 8 × 4 after the wave (64 stages, under 4 per SM)
+		{200, 2048, 17920, 256, 2, 2, 132, 0, false},   // 32 groups: at most two shares
+		{256, 8192, 33792, 256, 2, 1, 0, 0, false},     // 264 tiles, two whole waves
+		{256, 14336, 4096, 256, 1, 2, 0, 0, true},      // 32 tiles × 4 would fit: 64 × 2 in clusters
+		{256, 28672, 8192, 256, 2, 2, 0, 0, true},      // 64 tiles × 2 in clusters
+		{256, 4096, 4096, 256, 1, 2, 0, 0, true},       // 32 tiles × 4 would fit: 64 × 2 in clusters
+		{200, 4096, 1032, 256, 1, 2, 0, 0, true},       // 9 tiles: 17 × 2 in clusters
+		{256, 2048, 4096, 256, 2, 2, 0, 0, true},       // 32 groups: two shares of 16
+		{512, 8192, 28672, 256, 2, 1, 0, 0, false},     // 448 tiles over two token tiles
+		{4096, 14336, 4096, 256, 2, 1, 0, 0, false},    // 512 blocks
 	} {
 		got := chooseWG(int4Request(c.tokens, c.in, c.out), 132)
-		assert.Equal(t, []int{c.bn, c.wgs, c.splits, c.full}, []int{got.BN, got.WGS, got.Splits, got.Full}, "%d tokens %dx%d", c.tokens, c.in, c.out)
+		assert.Equal(t, []int{c.bn, c.wgs, c.splits, c.full, c.streamK}, []int{got.BN, got.WGS, got.Splits, got.Full, got.StreamK}, "%d tokens %dx%d", c.tokens, c.in, c.out)
+		if got.StreamK > 0 {
+			assert.Equal(t, 1, got.variant().Defines["STREAMK"], "stream-K is compiled in")
+		} else {
+			assert.NotContains(t, got.variant().Defines, "STREAMK")
+		}
 		assert.Equal(t, c.cluster, got.Cluster, "%d tokens %dx%d", c.tokens, c.in, c.out)
 		if got.Cluster {
 			assert.Equal(t, got.Splits, got.variant().Defines["CLUSTER"], "a cluster is a tile's shares")
@@ -149,7 +156,8 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 // the kernels read and write it, and fit an H100/H200.
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136),
-		int4Request(200, 2048, 4096), int4Request(136, 4096, 17416), int4Request(200, 4096, 1032), int4Request(256, 14336, 4096)} {
+		int4Request(200, 2048, 4096), int4Request(136, 4096, 17416), int4Request(200, 4096, 1032), int4Request(256, 14336, 4096),
+		int4Request(256, 8192, 28672)} {
 		req.Bias = req.Tokens != 33 && req.Tokens != 4096
 		c := chooseWG(req, 132)
 		l := c.launches(req)
@@ -172,7 +180,7 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, uint32(4*req.InFeatures), scales.SharedBytes, "two rows of bf16 x")
 		assert.False(t, scales.Programmatic, "the preparation reads x, which the engine's work ahead writes: no early start")
 		assert.True(t, main.Programmatic, "the main kernel starts early and waits for the preparation in the kernel")
-		require.Len(t, scales.Params, 7)
+		require.Len(t, scales.Params, 8)
 		if c.Cluster {
 			assert.Equal(t, int32(1), int32Of(t, scales.Params[5]), "a cluster needs no cleared sums")
 		} else {
@@ -181,12 +189,21 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, scales.Params[6]), "sums cleared from the first split row")
 		assert.Equal(t, affine.X, scales.Params[0].Buffer)
 		assert.Equal(t, sdk.BufferWorkspace, scales.Params[1].Buffer)
+		if c.StreamK > 0 {
+			assert.Equal(t, int32(rowBlocks*tiles-c.Full), int32Of(t, scales.Params[7]), "stream-K's tile counters cleared")
+		} else {
+			assert.Equal(t, int32(0), int32Of(t, scales.Params[7]), "no counters")
+		}
 
-		assert.Equal(t, uint32(c.Full+(rowBlocks*tiles-c.Full)*c.Splits), main.Grid[0], req.Key())
+		if c.StreamK > 0 {
+			assert.Equal(t, uint32(c.Full+c.StreamK), main.Grid[0], req.Key())
+		} else {
+			assert.Equal(t, uint32(c.Full+(rowBlocks*tiles-c.Full)*c.Splits), main.Grid[0], req.Key())
+		}
 		assert.Equal(t, uint32(128*c.WGS+128), main.Block[0])
-		static := 8*2*(c.Stages+c.AST) + 4*c.BN + 2*64*c.WGS // barriers, token scales, bias
+		static := 8*(2*(c.Stages+c.AST)+1) + 4*c.BN + 2*64*c.WGS + 16 // barriers, token scales, bias, its alignment
 		assert.LessOrEqual(t, int(main.SharedBytes)+static, 232448, "fits the opt-in shared memory")
-		require.Len(t, main.Params, 12)
+		require.Len(t, main.Params, 13)
 		assert.Equal(t, sdk.BufferWorkspace, main.Params[0].Buffer)
 		assert.Equal(t, affine.Y, main.Params[5].Buffer)
 		if req.Bias {
@@ -198,6 +215,16 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, int32(c.Band), int32Of(t, main.Params[9]))
 		assert.Equal(t, int32(c.Splits), int32Of(t, main.Params[10]))
 		assert.Equal(t, int32(c.Full), int32Of(t, main.Params[11]))
+		assert.Equal(t, int32(c.StreamK), int32Of(t, main.Params[12]))
+		if c.StreamK > 0 {
+			// 256 tokens 8192→28672: 224 row blocks of 128, a whole wave,
+			// then 92 tiles shared by 132 blocks that finish them
+			// themselves.
+			assert.Equal(t, []int{1, 132, 132}, []int{c.Splits, c.Full, c.StreamK}, req.Key())
+			assert.Equal(t, 1, c.variant().Defines["STREAMK"])
+			assert.Nil(t, l.reduce, "stream-K blocks write y themselves")
+			continue
+		}
 		if c.Splits == 1 {
 			assert.Nil(t, l.reduce, "no reduction without a split K")
 			continue
@@ -258,11 +285,16 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	// Two rows of bf16 x plus the kernel's static barrier, block maxima and
 	// inverse scales fit the opt-in shared memory of a block.
 	assert.LessOrEqual(t, int(chooseWG(widest, 132).launches(widest).prep.SharedBytes)+8+16+8, 232448)
-	split := int4Request(256, 8192, 28672)
+	split := int4Request(256, 4096, 17920)
 	c := chooseWG(split, 132)
 	require.Equal(t, []int{4, 132}, []int{c.Splits, c.Full})
 	require.False(t, c.Cluster)
-	assert.Equal(t, int64(128*32768+256*4+256*28672*4), c.workspaceBytes(split), "stages, sigma, then the fp32 sums")
+	assert.Equal(t, int64(64*32768+256*4+256*17920*4), c.workspaceBytes(split), "stages, sigma, then the fp32 sums")
+	shared := int4Request(256, 8192, 28672)
+	c = chooseWG(shared, 132)
+	require.Equal(t, []int{1, 132, 132}, []int{c.Splits, c.Full, c.StreamK})
+	assert.Equal(t, int64(128*32768+256*4+92*4+132*128*256*4), c.workspaceBytes(shared),
+		"stages, sigma, 92 tile counters (16-byte multiple), then a partial of 128 floats per consumer thread per stream-K block")
 	paired := int4Request(256, 14336, 4096)
 	c = chooseWG(paired, 132)
 	require.True(t, c.Cluster)

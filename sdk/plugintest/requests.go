@@ -77,6 +77,7 @@ func GPURequests() []sdk.Request {
 		a(120, 8192, 1544, 4, 64, true),  // xprep in 256-thread blocks at the top of their range (8192 inputs), a partial row block
 		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
+		a(150, 4096, 25464, 4, 64, true), // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts
 		a(1, 2304, 4240, 8, 32, true),    // gemv/bulk: 24 groups per stage, 16-row tiles, several per block
 		// qmm/bulk: K in slices above 8 tokens, odd token counts, groups of

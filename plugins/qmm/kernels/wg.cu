@@ -7,7 +7,7 @@
 //
 // Entry points, launched in this order on one stream (the main kernel and
 // the reduction with early start: see kc_grid_wait):
-//   affine_wg_xprep(x, ws, tokens, in_features, out_features, splits, row_first)
+//   affine_wg_xprep(x, ws, tokens, in_features, out_features, splits, row_first, counters)
 //     grid (ceil(tokens/BN) * BN / XPREP_TOKENS), block XPREP_THREADS,
 //     dynamic shared memory XPREP_TOKENS * in_features * 2 bytes (so
 //     in_features <= 57344 fits). Reads x once: each token's power-of-two
@@ -16,18 +16,26 @@
 //     exact; then one STAGE_BYTES block per (token tile, group): x / sigma
 //     in fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0. With splits > 1 it also
-//     clears the tokens' split-K sums of outputs row_first and up.
-//   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits, full)
-//     grid (full + (T - full) * splits) with T = ceil(out/ROWS) *
-//     ceil(tokens/BN) tiles, block THREADS, dynamic shared memory
-//     SMEM_BYTES. Tiles are rastered in bands of `band` row blocks; the
-//     first `full` tiles (whole waves) take one block each and write y;
-//     each later tile takes `splits` blocks, split s computing the s-th
-//     share of the groups (whole weight stages) and adding its fp32 share
-//     into the sums (red.global.add). Compiled with CLUSTER = splits, the
-//     shares of a tile are instead one thread-block cluster (so full is a
-//     multiple of CLUSTER and every share has groups) that adds them in
-//     shared memory and writes y itself. With a split and no CLUSTER,
+//     clears the tokens' split-K sums of outputs row_first and up; its
+//     block 0 clears `counters` ints, stream-K's tile counters (0: none).
+//   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits, full, sk)
+//     grid (full + (T - full) * splits), or with stream-K (sk > 0) full +
+//     sk, with T = ceil(out/ROWS) * ceil(tokens/BN) tiles, block THREADS,
+//     dynamic shared memory SMEM_BYTES. Tiles are rastered in bands of
+//     `band` row blocks; the first `full` tiles (whole waves) take one
+//     block each and write y; each later tile takes `splits` blocks, split
+//     s computing the s-th share of the groups (whole weight stages) and
+//     adding its fp32 share into the sums (red.global.add). Compiled with
+//     CLUSTER = splits, the shares of a tile are instead one thread-block
+//     cluster (so full is a multiple of CLUSTER and every share has
+//     groups) that adds them in shared memory and writes y itself.
+//     Compiled with STREAMK and given sk > 0 (splits 1, no CLUSTER), the
+//     sk blocks after the first `full` share the later tiles' weight
+//     stages evenly as one run instead, each at most part of two tiles
+//     (T - full <= sk <= their stages); the block whose run reaches a
+//     tile's end finishes it with the partial sums of the blocks before it
+//     (see affine_wg) and writes y: no reduce launch. With a split and no
+//     CLUSTER,
 //   affine_wg_reduce(ws, bias, y, tokens, in, out, row_first)
 //     (any grid, block 256) writes y = bf16(sum + bias) for outputs
 //     row_first and up, the split tiles' rows: row_first = full * ROWS
@@ -35,11 +43,14 @@
 //     blocks in order).
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
 // then ceil(tokens/BN) * BN floats of sigma, then (splits > 1 without
-// CLUSTER) tokens * out floats of sums; xprep clears them when its splits
-// argument is above 1.
+// CLUSTER) tokens * out floats of sums, which xprep clears when its splits
+// argument is above 1; or, with stream-K, T - full int counters (rounded
+// up to 16 bytes), which xprep clears as its `counters`, then sk partials
+// of NACC * WGS * 128 floats.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
 // groups, so at least two groups), out_features a multiple of 8, band >= 1,
-// splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1.
+// splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1
+// or stream-K.
 //
 // NUMERICS
 //   Weights are dequantised to fp16 in registers, s*q + b with one rounding
@@ -90,7 +101,10 @@
 // K shares of a tile per thread-block cluster; clusters of four 216 KB
 // blocks measured twice as slow on the H200, as if they could not all be
 // placed at once, bench/NOTES.md, and the epilogue's exchange now serves
-// pairs only), KC_TIMELINE (diagnostics: scripts/wg_timeline.py).
+// pairs only), STREAMK (0, or 1 for the stream-K tail: without it the
+// kernel is the one-segment code alone, which the compiler keeps tighter,
+// bench/NOTES.md, fifteenth session), KC_TIMELINE (diagnostics:
+// scripts/wg_timeline.py).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -141,6 +155,12 @@ typedef unsigned long long u64;
 #endif
 #if CLUSTER != 0 && CLUSTER != 2
 #error "CLUSTER must be 0 or 2"
+#endif
+#ifndef STREAMK
+#define STREAMK 0   // 1: the stream-K tail (sk > 0) is compiled in; the plan asks it only of such variants
+#endif
+#if STREAMK && CLUSTER
+#error "stream-K blocks are not clusters"
 #endif
 #ifndef WG_DIAG_NORED
 #define WG_DIAG_NORED 0   // diagnostic only: 1 skips the split-K reductions (wrong results; times their cost)
@@ -248,6 +268,17 @@ KC_DEV long long kc_sigma_offset(int tokens, int in_features) {
 KC_DEV long long kc_sum_offset(int tokens, int in_features) {
     return kc_sigma_offset(tokens, in_features) + (long long)((tokens + BN - 1) / BN) * BN * 4;
 }
+// Stream-K (sk > 0), in place of the sums: one int counter per shared
+// tile (the contributors that have stored their partials), rounded up to
+// 16 bytes, then one partial per stream-K block: NACC / 4 float4 for each
+// of the WGS * 128 consumer threads, [i][thread], so that stores and
+// loads are coalesced.
+KC_DEV int* kc_counters(unsigned char* ws, int tokens, int in_features) {
+    return reinterpret_cast<int*>(ws + kc_sum_offset(tokens, in_features));
+}
+KC_DEV float4* kc_partials(unsigned char* ws, int tokens, int in_features, int shared_tiles) {
+    return reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features) + (long long)(shared_tiles + 3) / 4 * 16);
+}
 
 // ---------------------------------------------------------------------------
 KC_DEV u32 kc_smem(const void* p) { return (u32)__cvta_generic_to_shared(p); }
@@ -283,6 +314,12 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
 KC_DEV void kc_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
+KC_DEV unsigned long long kc_gtime() {   // the global timer, ns
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 #ifdef KC_TIMELINE
 // Diagnostics (scripts/wg_timeline.py). kc_tl[block]: %globaltimer (ns)
 // when the main kernel's consumer thread 0 starts (slot 0), passes its
@@ -293,11 +330,6 @@ KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;"
 // kc_tlp[block]: when xprep's thread 0 starts and when its block ends.
 __device__ unsigned long long kc_tl[4096][10];
 __device__ unsigned long long kc_tlp[8192][2];
-KC_DEV unsigned long long kc_gtime() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 #define KC_TL(slot) do { if (blockIdx.x < 4096) kc_tl[blockIdx.x][slot] = kc_gtime(); } while (0)
 #define KC_TLP(slot) do { if (blockIdx.x < 8192) kc_tlp[blockIdx.x][slot] = kc_gtime(); } while (0)
 #else
@@ -389,7 +421,7 @@ KC_DEV void kc_xconvert(const unsigned char* xrow, float inv_sigma, unsigned cha
 // whole 32-byte sectors of each 16-byte store.
 extern "C" __global__ void __launch_bounds__(XPREP_THREADS)
 affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features,
-                int out_features, int splits, int row_first)
+                int out_features, int splits, int row_first, int counters)
 {
     extern __shared__ __align__(16) unsigned char xrows[];   // XPREP_TOKENS rows of in_features bf16
     __shared__ __align__(8) u64 bar;
@@ -402,6 +434,8 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
     const int real = max(0, min(XPREP_TOKENS, tokens - tok0));   // tokens of this block inside x
     const int groups = in_features / GROUP;
     const u32 row_bytes = (u32)in_features * 2;
+    if (blockIdx.x == 0)   // stream-K's tile counters (the main kernel counts only past its kc_grid_wait)
+        for (int i = tid; i < counters; i += XPREP_THREADS) kc_counters(ws, tokens, in_features)[i] = 0;
 
     if (real > 0) {
         const u32 sbar = kc_smem(&bar);
@@ -560,13 +594,32 @@ KC_DEV void kc_wgmma(float (&d)[NACC], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc)
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
 }
 
+#if STREAMK
+// A stream-K contributor's sums, as they are, into its partial (thread
+// tid's NACC / 4 float4 at part + i * WGS * 128); then, once every
+// consumer's stores are made (the barrier), one release-add on the tile's
+// counter.
+KC_DEV void kc_store_partial(const float (&acc)[NACC], float4* part, int tid, int* counter) {
+#pragma unroll
+    for (int i = 0; i < NACC / 4; ++i)
+        __stcg(part + (tid + i * (WGS * 128)), make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    kc_consumer_sync();
+    if (tid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], %1;" :: "l"(counter), "r"(1) : "memory");
+}
+KC_DEV int kc_load_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 #if CLUSTER
 __cluster_dims__(CLUSTER, 1, 1)
 #endif
 affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
           const u16* __restrict__ scales, const u16* __restrict__ biases, const u16* __restrict__ bias,
-          u16* __restrict__ y, int tokens, int in_features, int out_features, int band, int splits, int full)
+          u16* __restrict__ y, int tokens, int in_features, int out_features, int band, int splits, int full, int sk)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     // full[STAGES], empty[STAGES] for x; afull[AST], aempty[AST] for
@@ -587,6 +640,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const bool whole = (int)blockIdx.x < full;
     const int nsplit = whole ? 1 : splits;
     const int split = whole ? 0 : ((int)blockIdx.x - full) % splits;
+#if !STREAMK
     const int block = whole ? (int)blockIdx.x : full + ((int)blockIdx.x - full) / splits;
     const int bid = block / per_band, rem = block - bid * per_band;
     const int bsz = min(band, row_blocks - bid * band);
@@ -597,6 +651,69 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int wstages = (groups + AG - 1) / AG;
     const int g0 = split * wstages / nsplit * AG;
     const int n = min(groups, (split + 1) * wstages / nsplit * AG) - g0;
+    constexpr int na = 0;   // (stream-K's first segment: none)
+    if (sk != 0) asm volatile("trap;");   // stream-K asked of a variant without it
+#else
+    // Stream-K (sk > 0): the sk blocks after the first `full` share the
+    // later tiles' weight stages evenly as one run: block p takes stages
+    // [p*U/sk, (p+1)*U/sk) of the U, at most part of two tiles (sk >= the
+    // tiles shared). Where the run holds a tile's end, the block finishes
+    // that tile: it waits for the `wait` blocks before it that hold the
+    // tile's earlier stages (their partials), adds theirs to its sums and
+    // writes y. Elsewhere it contributes (wait -1): its sums go to its
+    // partial in the workspace, then the tile's counter counts it. A run
+    // over two tiles computes the later one first (segment A, where it
+    // contributes), so that its partial is stored before it waits on the
+    // earlier one's; a block waits only for lower-numbered ones, which
+    // start no later, so every wait ends. Segment A ends inside its tile,
+    // so it is whole weight stages, and the rings' group and stage counts
+    // run on into the last segment. The other blocks are as without
+    // stream-K.
+    const int wstages = (groups + AG - 1) / AG;
+    const bool streamk = sk > 0 && !whole;
+    const int skb = (int)blockIdx.x - full;                   // this block among the stream-K ones
+    const int shared_tiles = row_blocks * tiles - full, units = shared_tiles * wstages;
+    int row0, tile, g0, n, wait = 0;                          // the (last) segment: tile, groups [g0, g0 + n), contributors or -1
+    int row0a = 0, tilea = 0, g0a = 0, na = 0, tlo = 0, thi = 0;   // segment A (na groups; 0: none); the run's tiles
+    {
+        auto place = [&](int t, int& r0, int& tt) {
+            const int bid = t / per_band, rem = t - bid * per_band;
+            const int bsz = min(band, row_blocks - bid * band);
+            r0 = (bid * band + rem % bsz) * ROWS;
+            tt = rem / bsz;
+        };
+        if (!streamk) {
+            place(whole ? (int)blockIdx.x : full + ((int)blockIdx.x - full) / splits, row0, tile);
+            g0 = split * wstages / nsplit * AG;
+            n = min(groups, (split + 1) * wstages / nsplit * AG) - g0;
+        } else {
+            // 32-bit arithmetic on the launch's parameters, so that it stays
+            // warp-uniform: the plan keeps units * sk below 2^31.
+            const int run0 = skb * units / sk, run1 = (skb + 1) * units / sk;
+            auto segment = [&](int tr, int& r0, int& tt, int& sg0, int& sn) {
+                const int first = tr * wstages, last = first + wstages;
+                const int a = max(run0, first), b = min(run1, last);
+                place(full + tr, r0, tt);
+                sg0 = (a - first) * AG;
+                sn = min(groups, (b - first) * AG) - sg0;
+                // the first block of the tile: the one whose run holds unit `first`
+                return b == last ? skb - ((first + 1) * sk - 1) / units : -1;
+            };
+            tlo = run0 / wstages;
+            thi = (run1 - 1) / wstages;
+            wait = segment(tlo, row0, tile, g0, n);
+            const int wait_a = thi != tlo ? segment(thi, row0a, tilea, g0a, na) : -1;
+            // A run over more than two tiles, or over two with the later
+            // whole, would need an epilogue while the rings refill; the plan
+            // asks none (sk >= shared tiles, sk <= units). A wrong launch
+            // stops here.
+            if (splits != 1 || sk < shared_tiles || sk > units || (long long)units * sk >= (1ll << 31) || thi - tlo > 1 ||
+                wait_a >= 0)
+                asm volatile("trap;");
+        }
+    }
+    __builtin_assume(na >= 0 && g0 >= 0);   // (ring positions: unsigned arithmetic)
+#endif
     kc_grid_release();
 #ifdef KC_TIMELINE
     if (tid == 0) {
@@ -649,12 +766,22 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             if (lane == 0) {
                 kc_grid_wait();   // the preparation's stages (the weight warps start at once)
                 KC_TL(7);
-                const unsigned char* xsrc = xp + (long long)tile * groups * STAGE_BYTES;
-                for (int i = 0; i < n; ++i) {
-                    const int s = i % STAGES;
-                    if (i >= STAGES) kc_bar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
-                    kc_bar_expect(full0 + 8 * s, STAGE_BYTES);
-                    kc_bulk(sbase + s * STAGE_BYTES, xsrc + (long long)(g0 + i) * STAGE_BYTES, STAGE_BYTES, full0 + 8 * s);
+                // Each segment: groups [sg0, sg0 + sn) of token tile tl, from
+                // ring position i0 (without stream-K, one segment).
+#if STREAMK
+                for (int si = na > 0 ? 0 : 1; si < 2; ++si) {
+                    const int tl = si ? tile : tilea, sg0 = si ? g0 : g0a, sn = si ? n : na, i0 = si ? na : 0;
+#else
+                {
+                    const int tl = tile, sg0 = g0, sn = n, i0 = 0;
+#endif
+                    const unsigned char* xsrc = xp + (long long)tl * groups * STAGE_BYTES;
+                    for (int j = 0; j < sn; ++j) {
+                        const int i = i0 + j, s = i % STAGES;
+                        if (i >= STAGES) kc_bar_wait(empty0 + 8 * s, ((i / STAGES) + 1) & 1);
+                        kc_bar_expect(full0 + 8 * s, STAGE_BYTES);
+                        kc_bulk(sbase + s * STAGE_BYTES, xsrc + (long long)(sg0 + j) * STAGE_BYTES, STAGE_BYTES, full0 + 8 * s);
+                    }
                 }
             }
         } else if (warp <= WGS * 4 + AW) {
@@ -666,49 +793,59 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             const unsigned char* wsrc = reinterpret_cast<const unsigned char*>(weight);
             const long long row_bytes = (long long)in_features * BITS / 8;
             const int pl = (warp - (WGS * 4 + 1)) * 32 + lane;   // this lane among the AW warps' lanes
-            for (int i = 0; i < n; i += AG) {
-                const int g = g0 + i, h = i / AG, as = h % AST, ng = min(AG, n - i);
-                if (h >= AST) kc_bar_wait(aempty0 + 8 * as, ((h / AST) + 1) & 1);
-                const u32 dst = abase + as * ASTAGE_BYTES;
-                const unsigned char* src = wsrc + (long long)g * GB;
-                constexpr int PG = GB / 16;   // 16-byte pieces of a row's group
-                if (ng == AG) {
+            // Each segment: groups [sg0, sg0 + sn) of rows r0.., from weight
+            // stage h0 of the ring (without stream-K, one segment).
+#if STREAMK
+            for (int si = na > 0 ? 0 : 1; si < 2; ++si) {
+                const int r0 = si ? row0 : row0a, sg0 = si ? g0 : g0a, sn = si ? n : na, h0 = si ? na / AG : 0;
+#else
+            {
+                const int r0 = row0, sg0 = g0, sn = n, h0 = 0;
+#endif
+                for (int i = 0; i < sn; i += AG) {
+                    const int g = sg0 + i, h = h0 + i / AG, as = h % AST, ng = min(AG, sn - i);
+                    if (h >= AST) kc_bar_wait(aempty0 + 8 * as, ((h / AST) + 1) & 1);
+                    const u32 dst = abase + as * ASTAGE_BYTES;
+                    const unsigned char* src = wsrc + (long long)g * GB;
+                    constexpr int PG = GB / 16;   // 16-byte pieces of a row's group
+                    if (ng == AG) {
 #pragma unroll 8
-                    for (int c = pl; c < ROWS * PG * AG; c += 32 * AW) {
-                        const int r = c / (PG * AG), k = c % (PG * AG);
-                        const long long row = min(row0 + r, out_features - 1);
-                        kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
+                        for (int c = pl; c < ROWS * PG * AG; c += 32 * AW) {
+                            const int r = c / (PG * AG), k = c % (PG * AG);
+                            const long long row = min(r0 + r, out_features - 1);
+                            kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
+                        }
+                    } else {
+                        for (int c = pl; c < ROWS * PG * ng; c += 32 * AW) {
+                            const int r = c / (PG * ng), k = c % (PG * ng);
+                            const long long row = min(r0 + r, out_features - 1);
+                            kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
+                        }
                     }
-                } else {
-                    for (int c = pl; c < ROWS * PG * ng; c += 32 * AW) {
-                        const int r = c / (PG * ng), k = c % (PG * ng);
-                        const long long row = min(row0 + r, out_features - 1);
-                        kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
+                    // Scales then biases, [ROWS][AG] each: one 2*AG-byte copy
+                    // per row when every row's run is that aligned, else 4-byte
+                    // ones (groups is even, so each pair of groups is).
+                    const u32 sdst = dst + ASCALE_OFF;
+                    if (groups % AG == 0) {
+                        for (int c = pl; c < 2 * ROWS; c += 32 * AW) {
+                            const int arr = c / ROWS, r = c % ROWS;
+                            const long long row = min(r0 + r, out_features - 1);
+                            if (AG == 8)
+                                kc_cp16(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
+                            else
+                                kc_cp8(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
+                        }
+                    } else {
+                        const int pairs = ng / 2;
+                        for (int c = pl; c < 2 * ROWS * pairs; c += 32 * AW) {
+                            const int arr = c / (ROWS * pairs), rr = c % (ROWS * pairs);
+                            const int r = rr / pairs, k = rr % pairs;
+                            const long long row = min(r0 + r, out_features - 1);
+                            kc_cp4(sdst + (arr * ROWS + r) * (2 * AG) + 4 * k, (arr ? biases : scales) + row * groups + g + 2 * k);
+                        }
                     }
+                    kc_cp_arrive(afull0 + 8 * as);
                 }
-                // Scales then biases, [ROWS][AG] each: one 2*AG-byte copy
-                // per row when every row's run is that aligned, else 4-byte
-                // ones (groups is even, so each pair of groups is).
-                const u32 sdst = dst + ASCALE_OFF;
-                if (groups % AG == 0) {
-                    for (int c = pl; c < 2 * ROWS; c += 32 * AW) {
-                        const int arr = c / ROWS, r = c % ROWS;
-                        const long long row = min(row0 + r, out_features - 1);
-                        if (AG == 8)
-                            kc_cp16(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
-                        else
-                            kc_cp8(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
-                    }
-                } else {
-                    const int pairs = ng / 2;
-                    for (int c = pl; c < 2 * ROWS * pairs; c += 32 * AW) {
-                        const int arr = c / (ROWS * pairs), rr = c % (ROWS * pairs);
-                        const int r = rr / pairs, k = rr % pairs;
-                        const long long row = min(row0 + r, out_features - 1);
-                        kc_cp4(sdst + (arr * ROWS + r) * (2 * AG) + 4 * k, (arr ? biases : scales) + row * groups + g + 2 * k);
-                    }
-                }
-                kc_cp_arrive(afull0 + 8 * as);
             }
         }
         return;
@@ -744,8 +881,6 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     };
 
     float acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
 
     // Group c's A fragments as fp16 weights s*q + b (one rounding). Each
     // run of 8 values (k .. k+7) gives pairs j = 0..3 of values (k+j,
@@ -799,8 +934,9 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 
     // One group: its wgmmas (fragments cur, x slot of grp) go in flight;
     // then the group FSETS - 1 back is waited for, which frees its x slot
-    // and its fragment set nxt, into which the next group is dequantised.
-    auto step = [&](u32 (&cur)[16], u32 (&nxt)[16], int grp) {
+    // and its fragment set nxt, into which the next group before `end` is
+    // dequantised.
+    auto step = [&](u32 (&cur)[16], u32 (&nxt)[16], int grp, int end) {
         const int slot = grp % STAGES;
         kc_bar_wait(full0 + 8 * slot, (grp / STAGES) & 1);
 #ifdef KC_TIMELINE
@@ -822,7 +958,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             __syncwarp();
             if (lane == 0) kc_bar_arrive(empty0 + 8 * ((grp - (FSETS - 1)) % STAGES));
         }
-        if (grp + 1 < n) {
+        if (grp + 1 < end) {
             const int h = (grp + 1) / AG;
             if ((grp + 1) % AG == 0) kc_bar_wait(afull0 + 8 * (h % AST), (h / AST) & 1);
             const auto cw = words(grp + 1);
@@ -844,31 +980,92 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     for (int i = tid; i < BN; i += WGS * 128) ssigma[i] = tile * BN + i < tokens ? sigma[tile * BN + i] : 0.f;
     for (int i = tid; i < ROWS; i += WGS * 128) sbias[i] = bias != nullptr ? bias[min(row0 + i, out_features - 1)] : (u16)0;
 
-    // FSETS fragment sets, rotated by unrolling the group loop FSETS times.
+    // The rings' groups [first, end) into acc, from zero: FSETS fragment
+    // sets, rotated by unrolling the group loop FSETS times.
     u32 fa0[16], fa1[16];
-    kc_bar_wait(afull0, 0);
-    if (tid == 0) KC_TL(2);
-    dequant(fa0, words(0), scaling(0));
-    int grp = 0;
-#if FSETS == 2
-    for (; grp + 1 < n; grp += 2) {
-        step(fa0, fa1, grp);
-        step(fa1, fa0, grp + 1);
-    }
-    if (grp < n) step(fa0, fa1, grp);
-#else
+#if FSETS == 3
     u32 fa2[16];
-    for (; grp + 2 < n; grp += 3) {
-        step(fa0, fa1, grp);
-        step(fa1, fa2, grp + 1);
-        step(fa2, fa0, grp + 2);
-    }
-    if (grp < n) step(fa0, fa1, grp);
-    if (grp + 1 < n) step(fa1, fa2, grp + 1);
 #endif
-    kc_wg_wait<0>();
-    kc_fence_operands(acc);
+    auto run = [&](int first, int end) {
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+        kc_bar_wait(afull0 + 8 * ((first / AG) % AST), (first / AG / AST) & 1);
+        if (tid == 0) KC_TL(2);
+        dequant(fa0, words(first), scaling(first));
+        int grp = first;
+#if FSETS == 2
+        for (; grp + 1 < end; grp += 2) {
+            step(fa0, fa1, grp, end);
+            step(fa1, fa0, grp + 1, end);
+        }
+        if (grp < end) step(fa0, fa1, grp, end);
+#else
+        for (; grp + 2 < end; grp += 3) {
+            step(fa0, fa1, grp, end);
+            step(fa1, fa2, grp + 1, end);
+            step(fa2, fa0, grp + 2, end);
+        }
+        if (grp < end) step(fa0, fa1, grp, end);
+        if (grp + 1 < end) step(fa1, fa2, grp + 1, end);
+#endif
+        kc_wg_wait<0>();
+        kc_fence_operands(acc);
+    };
+#if STREAMK
+    float4* const partials = streamk ? kc_partials(xp, tokens, in_features, shared_tiles) : nullptr;
+    int* const counters = streamk ? kc_counters(xp, tokens, in_features) : nullptr;
+    if (na > 0) {
+        // Segment A, where the block contributes: its sums go to its partial
+        // as they are (the finisher scales the tile's total). The last
+        // segment then runs on in the rings: its steps release segment A's
+        // last x slots as one loop would have; the last weight stage, which
+        // the loop keeps, is given back here.
+        run(0, na);
+        kc_store_partial(acc, partials + (long long)skb * (NACC / 4) * (WGS * 128), tid, counters + thi);
+        __syncwarp();
+        if (lane == 0) kc_bar_arrive(aempty0 + 8 * (((na - 1) / AG) % AST));
+    }
+#endif
+    run(na, na + n);
     if (tid == 0) KC_TL(4);
+#if STREAMK
+    if (streamk && wait < 0) {   // a contributor to the tile only
+        kc_store_partial(acc, partials + (long long)skb * (NACC / 4) * (WGS * 128), tid, counters + tlo);
+        return;
+    }
+    if (streamk && wait > 0) {
+        // A finisher: once the tile's counter shows its `wait` contributors
+        // (the stream-K blocks just before this one), add their partials.
+        // The wait is bounded: a counter that never fills (a launch the
+        // plan would not make, or blocks that could not all be placed)
+        // stops the kernel after 10 s rather than hanging the device.
+        if (tid == 0) {
+            const unsigned long long start = kc_gtime();
+            while (kc_load_acquire(counters + tlo) < wait) {
+                if (kc_gtime() - start > 10000000000ull) asm volatile("trap;");
+                __nanosleep(64);
+            }
+        }
+        kc_consumer_sync();
+        const float4* part = partials + tid;
+        for (int c = skb - wait; c < skb; ++c) {
+            // Four loads at a time: with all NACC / 4 hoisted ahead of the
+            // adds they would spill.
+#pragma unroll
+            for (int k = 0; k < NACC / 16; ++k) {
+                float4 v[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) v[j] = __ldcg(part + ((long long)c * (NACC / 4) + 4 * k + j) * (WGS * 128));
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float* a = acc + 16 * k + 4 * j;
+                    a[0] += v[j].x; a[1] += v[j].y; a[2] += v[j].z; a[3] += v[j].w;
+                }
+                asm volatile("" ::: "memory");
+            }
+        }
+    }
+#endif
 
     // Epilogue, once every consumer is done with the x ring: the tile as
     // bf16 of acc * sigma + bias into shared memory (element 4j+e is local
