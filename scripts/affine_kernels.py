@@ -1381,7 +1381,7 @@ def wg_tile_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 
     if tokens > 128:
         tiles = blocks(256)
         rest, stages = tiles % sms, -(-groups // 8)
-        if WG_STREAMK and tokens <= 256 and tiles > sms and rest * stages >= 4 * sms:
+        if WG_STREAMK and in_f < 1 << 30 and tokens <= 256 and tiles > sms and rest * stages >= 4 * sms:
             # stream-K: whole waves, then the rest shared by one block per SM
             return wg_config(256, 3, 2, 3, 16, 2, 1, tiles - rest, 0, 0, sms)
         if tiles <= sms:
@@ -1476,6 +1476,8 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
         shared = t_all - full
         units = shared * -(-(in_f // 64) // wg_group_stage(cfg)[0])
         sk = max(shared, min(sms if sk < 0 else sk, units))
+        if units * sk >= 1 << 31:   # the kernel's run arithmetic is 32-bit (it traps)
+            raise WGNotServed(f"stream-K: {units} stages x {sk} blocks reach 2^31")
         splits = 1
     if splits == 1 and not sk:
         full = 0
@@ -1531,6 +1533,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
         for _, f in parts:
             on_stream(f)()
     run.parts = [(name, on_stream(f)) for name, f in parts]   # each launch alone (timing breakdowns)
+    run.grid = grid_main   # the main kernel's blocks
     return run, xp
 
 

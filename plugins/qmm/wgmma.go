@@ -49,7 +49,8 @@ const (
 	// shorter tails keep split tiles (chooseWG).
 	wgStreamKStagesPerSM = 4
 	// wgMaxWorkspace bounds the workspace: the permuted copy of x the kernel
-	// stages from, the token scales and, with a split K, the fp32 sums.
+	// stages from, the token scales and, with a split K, the fp32 sums or,
+	// with stream-K, the tile counters and partial sums.
 	wgMaxWorkspace = 2 << 30
 )
 
@@ -157,7 +158,7 @@ type wgConfig struct {
 	FSets  int // A fragment sets: groups in flight while the next is dequantised
 	Band   int // row blocks per raster band
 	Splits int // blocks sharing a split tile along K (a launch setting; with Cluster also the CLUSTER macro)
-	Full   int // leading tiles computed whole before the split ones (a launch setting)
+	Full   int // leading tiles computed whole before the split or stream-K ones (a launch setting)
 	// Cluster makes a split tile's Splits blocks one thread-block cluster
 	// that adds its shares in shared memory (the CLUSTER macro): no fp32
 	// sums in the workspace and no reduce launch.
@@ -357,7 +358,8 @@ func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) 
 
 // workspaceBytes is the permuted copy of x, one stage per token tile and
 // group, then one float scale (sigma) per token of the padded tiles, then
-// with a split K outside a cluster the fp32 sums of y.
+// with a split K outside a cluster the fp32 sums of y, or with stream-K
+// the tile counters and the blocks' partial sums.
 func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 	tiles := int64(c.tiles(req))
 	n := tiles*int64(req.InFeatures/64)*int64(c.stageBytes()) + tiles*int64(c.BN)*4
@@ -387,8 +389,8 @@ func (c wgConfig) sumsInMemory() bool { return c.Splits > 1 && !c.Cluster }
 // and their reduction start there.
 func (c wgConfig) rowFirst() int { return c.Full * 64 * c.WGS }
 
-// mainBlocks is the main kernel's grid: one block per whole tile, Splits
-// per split one.
+// mainBlocks is the main kernel's grid: one block per whole tile, then
+// Splits per split one or the StreamK blocks.
 func (c wgConfig) mainBlocks(req sdk.Request) int {
 	if c.StreamK > 0 {
 		return c.Full + c.StreamK

@@ -64,7 +64,8 @@
 //   model weights are many orders of magnitude smaller.
 //
 // METHOD
-//   Warp specialised, no block barrier in the main loop. The last
+//   Warp specialised, no block barrier in the main loop (stream-K has
+//   one between a block's two segments, where it stores a partial). The last
 //   warpgroup produces (and gives its registers to the consumers with
 //   setmaxnreg): its first warp streams the token tile's x stages into a
 //   ring of STAGES slots with one bulk copy each (cp.async.bulk, completion
@@ -323,7 +324,8 @@ KC_DEV unsigned long long kc_gtime() {   // the global timer, ns
 #ifdef KC_TIMELINE
 // Diagnostics (scripts/wg_timeline.py). kc_tl[block]: %globaltimer (ns)
 // when the main kernel's consumer thread 0 starts (slot 0), passes its
-// grid wait (1), has the first weight stage (2) and the first x stage (3),
+// grid wait (1), has the first weight stage of its (last) segment (2) and
+// the first x stage (3),
 // ends the main loop (4), passes the epilogue's first barrier (5) and ends
 // (6); when the x warp's lane 0 passes its grid wait (7); the SM (8);
 // when it passes the epilogue's second barrier (9).
@@ -348,9 +350,6 @@ KC_DEV u32 kc_cluster_addr(u32 saddr, u32 rank) {
     u32 d;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(saddr), "r"(rank));
     return d;
-}
-KC_DEV void kc_cluster_store(u32 addr, float v) {
-    asm volatile("st.shared::cluster.f32 [%0], %1;" :: "r"(addr), "f"(v) : "memory");
 }
 
 // m raised to the largest |x| of the 8 bf16 values in v, as bf16 bits
@@ -664,8 +663,10 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // partial in the workspace, then the tile's counter counts it. A run
     // over two tiles computes the later one first (segment A, where it
     // contributes), so that its partial is stored before it waits on the
-    // earlier one's; a block waits only for lower-numbered ones, which
-    // start no later, so every wait ends. Segment A ends inside its tile,
+    // earlier one's; a block waits only for lower-numbered ones. Blocks
+    // are dispatched in order on the H200, so those have started and
+    // every wait ends; CUDA does not promise that order, hence the bounded
+    // wait below (a trap after 10 s, not a hang). Segment A ends inside its tile,
     // so it is whole weight stages, and the rings' group and stage counts
     // run on into the last segment. The other blocks are as without
     // stream-K.
@@ -1031,6 +1032,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 #if STREAMK
     if (streamk && wait < 0) {   // a contributor to the tile only
         kc_store_partial(acc, partials + (long long)skb * (NACC / 4) * (WGS * 128), tid, counters + tlo);
+        if (tid == 0) KC_TL(6);
         return;
     }
     if (streamk && wait > 0) {
