@@ -666,10 +666,10 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // earlier one's; a block waits only for lower-numbered ones. Blocks
     // are dispatched in order on the H200, so those have started and
     // every wait ends; CUDA does not promise that order, hence the bounded
-    // wait below (a trap after 10 s, not a hang). Segment A ends inside its tile,
-    // so it is whole weight stages, and the rings' group and stage counts
-    // run on into the last segment. The other blocks are as without
-    // stream-K.
+    // wait below (a trap after 10 s, not a hang). Segment A ends inside
+    // its tile, so it is whole weight stages, and the rings' group and
+    // stage counts run on into the last segment. The other blocks are as
+    // without stream-K.
     const int wstages = (groups + AG - 1) / AG;
     const bool streamk = sk > 0 && !whole;
     const int skb = (int)blockIdx.x - full;                   // this block among the stream-K ones
