@@ -348,3 +348,50 @@ func TestChooseWGWidensThePreparationWhereXIsMidSized(t *testing.T) {
 	assert.NotContains(t, wgWide.variant().Defines, "XPREP_THREADS")
 	assert.Contains(t, wgCode, fmt.Sprintf("#define XPREP_THREADS %d ", wgXPrepThreads), "the plan's default block is the kernel's")
 }
+
+// Every stream-K plan is one wg.cu accepts (it traps on any other): splits
+// 1 outside a cluster, a single token tile, whole waves first, at least
+// one block per shared tile (so a run spans at most part of two tiles), at
+// most one per weight stage (so no run is empty), 32-bit run arithmetic,
+// and a workspace under the admission limit.
+func TestStreamKPlansAreOnesTheKernelRuns(t *testing.T) {
+	planned := 0
+	for _, sms := range []int{132, 114, 78, 16} {
+		for _, bits := range []int{4, 8} {
+			for _, tokens := range []int{129, 200, 256} {
+				for _, in := range []int{128, 1024, 4096, 8192, 28672, 57344} {
+					for out := 8; out <= 40000; out = (out*3/2 + 8) &^ 7 {
+						req := plugintest.AffineRequest(tokens, in, out, bits, 64, false)
+						hw := hopper()
+						hw.Multiprocessors = sms
+						if wgAdmit(req, hw) != "" {
+							continue
+						}
+						c := chooseWG(req, sms)
+						if c.StreamK == 0 {
+							continue
+						}
+						planned++
+						key := fmt.Sprintf("%s on %d SMs", req.Key(), sms)
+						ag := 8
+						if bits == 8 {
+							ag = 4
+						}
+						shared, units := c.sharedTiles(req), c.sharedTiles(req)*ceilDiv(in/64, ag)
+						assert.Equal(t, 1, c.Splits, key)
+						assert.False(t, c.Cluster, key)
+						assert.Equal(t, 1, c.tiles(req), key)
+						assert.Zero(t, c.Full%sms, "whole waves first, %s", key)
+						assert.GreaterOrEqual(t, c.StreamK, shared, key)
+						assert.LessOrEqual(t, c.StreamK, units, key)
+						assert.Less(t, int64(units)*int64(c.StreamK), int64(1)<<31, key)
+						assert.LessOrEqual(t, c.workspaceBytes(req), int64(wgMaxWorkspace), key)
+						assert.Equal(t, uint32(c.Full+c.StreamK), c.launches(req).main.Grid[0], key)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d stream-K plans checked", planned)
+	assert.Greater(t, planned, 20, "the sweep reaches stream-K plans")
+}
