@@ -14,8 +14,9 @@ import (
 
 // Executable is a plan bound to one layer's weights, ready to run. When
 // the candidate exports its kernels and the host can launch them, Run
-// launches on the caller's stream with no RPC and no allocation; otherwise
-// Run asks the plugin to execute (the remote path).
+// launches on the caller's stream with no RPC and, after a stream's first
+// run, no allocation; otherwise Run asks the plugin to execute (the remote
+// path).
 type Executable struct {
 	plan     *Plan
 	weights  *Weights
@@ -31,6 +32,9 @@ type Executable struct {
 type exported interface {
 	// run launches the plan on stream with io bound by name.
 	run(stream device.Stream, io map[string]device.Buffer) error
+	// close frees what the loaded plan allocated itself (the workspaces
+	// of further streams) once their work is done.
+	close() error
 }
 
 // ErrAdvisory says a plan names an execution style for the engine's own
@@ -85,9 +89,12 @@ func (e *Executable) Plan() *Plan {
 // the candidate's kernels use (for the affine family, x and y), and one
 // that is not GPU memory is refused too.
 //
-// Runs of one executable share the candidate's scratch workspace (when it
-// has one): order runs of the same executable on different streams, or
-// bind one executable per stream.
+// On the exported path each stream gets its own copy of the candidate's
+// scratch workspace (when it has one) at its first run, so runs on
+// different streams may overlap; up to 4 streams keep theirs, and a fifth
+// takes over the least recently used one's after waiting for that stream.
+// A stream's first run allocates, so do it before capturing the stream
+// into a graph. The remote path runs the plugin's work in order.
 //
 // When a candidate fails on the remote path (after its plugin was
 // restarted and the call retried), the request is re-planned to the
@@ -125,9 +132,12 @@ func (e *Executable) replan(ctx context.Context, failed *Plan, cause error) erro
 		return fmt.Errorf("%w (binding the fallback failed: %w)", cause, err)
 	}
 	e.mu.Lock()
-	old := e.prep
+	old, oldExported := e.prep, e.exported
 	e.plan, e.prep, e.exported = bound.plan, bound.prep, bound.exported
 	e.mu.Unlock()
+	if oldExported != nil {
+		_ = oldExported.close()
+	}
 	_ = old.release(ctx)
 	return nil
 }
@@ -156,7 +166,11 @@ func (e *Executable) Close() error {
 		return nil
 	}
 	e.closed = true
-	return e.prep.release(context.Background())
+	var err error
+	if e.exported != nil {
+		err = e.exported.close()
+	}
+	return errors.Join(err, e.prep.release(context.Background()))
 }
 
 // mergeSizes returns the union of size maps.

@@ -249,3 +249,76 @@ func checkChain(t *testing.T, h *Host, exe *Executable, req sdk.Request, sample 
 		require.Less(t, rel, 1e-2, "path %v, link %d", path, i+1)
 	}
 }
+
+// TestGPURunsOnTwoStreamsKeepTheirOwnWorkspace runs one executable whose
+// kernels use its workspace (qmm/wgmma at 256 tokens prepares x there) on
+// two streams at once, back to back without synchronising, each stream
+// with its own input: every output must match its own input's reference.
+// It then logs how many outputs go wrong when one workspace is bound on
+// both streams, as evidence that the two streams' kernels did overlap.
+func TestGPURunsOnTwoStreamsKeepTheirOwnWorkspace(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", "gemv")
+	cfg.policy.Force = map[string]string{"affine": "qmm/wgmma"}
+	h := openGPUHost(t, cfg)
+	ctx := context.Background()
+	req := affineRequest(256, 4096, 4096, 4, 64)
+	req.Phase = sdk.PhasePrefill
+	exe, sample := bindSample(t, h, req, 31)
+	require.Equal(t, "qmm/wgmma", exe.Plan().Candidate)
+	require.False(t, exe.Remote(), "qmm/wgmma should run exported")
+	dev := h.Device().(*cuda.Device)
+
+	streams := make([]*cuda.Stream, 2)
+	xs := make([]device.Buffer, 2)
+	wants := make([][]float64, 2)
+	for i := range streams {
+		s, err := dev.Context().NewStream(cuda.StreamNonBlocking)
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Synchronize(); s.Destroy() })
+		streams[i] = s
+		x := affine.RandomSample(req, uint64(40+i)).Inputs[affine.X]
+		xs[i], err = dev.Alloc(int64(len(x)))
+		require.NoError(t, err)
+		t.Cleanup(func() { dev.Free(xs[i]) })
+		require.NoError(t, dev.Write(xs[i], 0, x))
+		wants[i] = affine.Reference(req, sample.Weights, x)
+	}
+	const rounds = 16
+	ys := make([]device.Buffer, 2*rounds)
+	for i := range ys {
+		y, err := dev.Alloc(affine.OutputSizes(req)[affine.Y])
+		require.NoError(t, err)
+		t.Cleanup(func() { dev.Free(y) })
+		ys[i] = y
+	}
+	// wrongOutputs enqueues the rounds on both streams and counts the
+	// outputs that fail the gate; shared, when not nil, is bound as the
+	// workspace of every run.
+	wrongOutputs := func(shared device.Buffer) int {
+		for _, y := range ys {
+			require.NoError(t, dev.Fill(y, 0xff))
+		}
+		for r := range rounds {
+			for i, s := range streams {
+				io := map[string]device.Buffer{affine.X: xs[i], affine.Y: ys[2*r+i]}
+				if shared != nil {
+					io[sdk.BufferWorkspace] = shared
+				}
+				require.NoError(t, exe.Run(ctx, s, io))
+			}
+		}
+		for _, s := range streams {
+			require.NoError(t, s.Synchronize())
+		}
+		wrong := 0
+		for j, y := range ys {
+			if affine.Check(readY(t, h, map[string]device.Buffer{affine.Y: y}), wants[j%2]) != nil {
+				wrong++
+			}
+		}
+		return wrong
+	}
+	assert.Zero(t, wrongOutputs(nil), "outputs wrong with a workspace per stream")
+	shared := exe.prep.workspace.bufs[sdk.BufferWorkspace]
+	t.Logf("with a workspace per stream: every one of %d outputs correct; with one workspace bound on both streams: %d wrong", len(ys), wrongOutputs(shared))
+}

@@ -79,6 +79,10 @@ type cudaPlan struct {
 	launches []*cudaLaunch
 	mu       sync.Mutex // guards bindings and the launches' argument buffers
 	bindings *planBindings
+	// scratch gives each stream its own workspace (nil: the plan has
+	// none), bound at scratchSlot.
+	scratch     *streamScratch
+	scratchSlot int
 }
 
 // load checks what needs the device (each function exists, its parameters
@@ -103,7 +107,10 @@ func (l *cudaLauncher) load(plan *sdk.LaunchPlan, fixed map[string]device.Buffer
 	if err := bindings.encodeFixed(); err != nil {
 		return nil, err
 	}
-	out := &cudaPlan{dev: l.dev, bindings: bindings}
+	out := &cudaPlan{dev: l.dev, bindings: bindings, scratchSlot: bindings.fixedSlot(sdk.BufferWorkspace)}
+	if out.scratchSlot >= 0 {
+		out.scratch = newStreamScratch(l.dev, fixed[sdk.BufferWorkspace].Size())
+	}
 	for i, ln := range plan.Launches {
 		field := fmt.Sprintf("launches[%d]", i)
 		mod, err := l.module(modules[ln.Module])
@@ -187,6 +194,9 @@ func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error 
 	if err := p.bindings.resolve(io); err != nil {
 		return err
 	}
+	if err := p.bindStreamScratch(s, io); err != nil {
+		return err
+	}
 	for _, l := range p.launches {
 		p.bindings.pack(l.args, l.params, l.slots)
 	}
@@ -196,6 +206,33 @@ func (p *cudaPlan) run(stream device.Stream, io map[string]device.Buffer) error 
 		}
 	}
 	return nil
+}
+
+// bindStreamScratch binds s's own workspace when the plan has one and io
+// does not bind its own: runs on different streams may overlap.
+func (p *cudaPlan) bindStreamScratch(s *cuda.Stream, io map[string]device.Buffer) error {
+	if p.scratch == nil {
+		return nil
+	}
+	if _, ok := io[sdk.BufferWorkspace]; ok {
+		return nil
+	}
+	buf, err := p.scratch.forStream(s)
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	if buf == nil {
+		return nil
+	}
+	return p.bindings.replace(p.scratchSlot, buf)
+}
+
+// close frees the workspaces of streams other than the first.
+func (p *cudaPlan) close() error {
+	if p.scratch == nil {
+		return nil
+	}
+	return p.scratch.close()
 }
 
 // DirectLaunch launches an exported executable's kernels with arguments

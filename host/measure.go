@@ -576,7 +576,10 @@ func (ms *measurer) decide(d *Decision, runs []*run) {
 }
 
 func (r *run) release(ctx context.Context) {
-	r.exp = nil
+	if r.exp != nil {
+		_ = r.exp.close()
+		r.exp = nil
+	}
 	if r.prep != nil {
 		if err := r.prep.release(ctx); err != nil && !errors.Is(err, ErrStale) {
 			r.prep.entry.Plugin.logger.Debug("release failed", "error", err)

@@ -204,6 +204,26 @@ func (b *planBindings) encodeMap(m *boundTensorMap, base cuda.DevicePtr) error {
 	return nil
 }
 
+// fixedSlot is the index of the fixed binding name, or -1 when the plan
+// has none of that name.
+func (b *planBindings) fixedSlot(name string) int {
+	for i, n := range b.names {
+		if n == name && b.fixed[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// replace binds buf in place of the fixed binding i for this run, after
+// resolve, and encodes the tensor maps over it.
+func (b *planBindings) replace(i int, buf device.Buffer) error {
+	if err := b.set(i, buf); err != nil {
+		return err
+	}
+	return b.encodeMaps()
+}
+
 func (b *planBindings) set(i int, buf device.Buffer) error {
 	name := b.names[i]
 	dm, ok := buf.(device.DeviceMemory)

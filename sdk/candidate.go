@@ -78,7 +78,10 @@ type Candidate interface {
 // Prepared is a candidate bound to one request and its weights.
 type Prepared interface {
 	// WorkspaceBytes is the scratch memory Execute needs, bound as
-	// BufferWorkspace when positive.
+	// BufferWorkspace when positive. Its contents do not last from one
+	// call to the next: the host binds a workspace of its own to each
+	// stream that runs an exported launch plan, so a call may see another
+	// buffer than the call before.
 	WorkspaceBytes() int64
 	// Execute runs the operation on the bound input and output buffers. It
 	// returns after the work is complete or ordered on the device.
