@@ -90,11 +90,12 @@ func (e *Executable) Plan() *Plan {
 // that is not GPU memory is refused too.
 //
 // On the exported path each stream gets its own copy of the candidate's
-// scratch workspace (when it has one) at its first run, so runs on
-// different streams may overlap; up to 4 streams keep theirs, and a fifth
-// takes over the least recently used one's after waiting for that stream.
-// A stream's first run allocates, so do it before capturing the stream
-// into a graph. The remote path runs the plugin's work in order.
+// scratch workspace (when it has one) at its first run, kept until Close,
+// so runs on different streams may overlap. One executable runs on up to 8
+// streams; a ninth is refused with an error naming it. A graph captured
+// from a stream uses that stream's workspace: replay it in order with the
+// stream's other runs of the executable. The remote path runs the plugin's
+// work in order. Close waits for the streams' work before it frees.
 //
 // When a candidate fails on the remote path (after its plugin was
 // restarted and the call retried), the request is re-planned to the

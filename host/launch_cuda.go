@@ -218,11 +218,8 @@ func (p *cudaPlan) bindStreamScratch(s *cuda.Stream, io map[string]device.Buffer
 		return nil
 	}
 	buf, err := p.scratch.forStream(s)
-	if err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	if buf == nil {
-		return nil
+	if err != nil || buf == nil {
+		return err
 	}
 	return p.bindings.replace(p.scratchSlot, buf)
 }

@@ -7,14 +7,15 @@ import (
 
 	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
 )
 
-// maxScratchStreams is how many streams at once an exported plan keeps a
-// workspace for: the prepared candidate's own, given to the first stream a
-// run uses, and up to maxScratchStreams-1 more. A run on a further stream
-// takes over the workspace of the stream used least recently, after
-// waiting for that stream's work.
-const maxScratchStreams = 4
+// maxScratchStreams is how many streams one exported plan runs on, each
+// with a workspace of its own: the prepared candidate's, which the first
+// stream a run uses gets, and up to maxScratchStreams-1 more. A workspace
+// is never handed from one stream to another, because a CUDA graph
+// captured from a stream keeps its address for every replay.
+const maxScratchStreams = 8
 
 // streamScratch gives every stream that runs one exported plan a workspace
 // of its own. Work on one stream runs in order, so runs on it may share
@@ -31,15 +32,9 @@ type streamScratch struct {
 	drain func(*cuda.Stream) error
 
 	mu     sync.Mutex
-	owner  *cuda.Stream   // the stream that uses the prepared workspace
-	extra  []streamBuffer // the other streams' workspaces, least recently used first
+	owner  *cuda.Stream // the stream that uses the prepared workspace
+	extra  map[*cuda.Stream]device.Buffer
 	closed bool
-}
-
-// streamBuffer is one stream's own workspace.
-type streamBuffer struct {
-	stream *cuda.Stream
-	buf    device.Buffer
 }
 
 // newStreamScratch serves workspaces of size bytes from dev.
@@ -58,7 +53,8 @@ func drainStream(s *cuda.Stream) error {
 }
 
 // forStream returns the workspace runs on s must use: nil for the
-// prepared one (the first stream's), else s's own.
+// prepared one (the first stream's), else s's own. A stream past
+// maxScratchStreams is refused with an error naming it.
 func (w *streamScratch) forStream(s *cuda.Stream) (device.Buffer, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -69,32 +65,28 @@ func (w *streamScratch) forStream(s *cuda.Stream) (device.Buffer, error) {
 		w.owner = s
 		return nil, nil
 	}
-	for i, e := range w.extra {
-		if e.stream == s {
-			w.extra = append(append(w.extra[:i:i], w.extra[i+1:]...), e)
-			return e.buf, nil
-		}
-	}
-	if len(w.extra) < maxScratchStreams-1 {
-		buf, err := w.alloc(w.size)
-		if err != nil {
-			return nil, fmt.Errorf("a workspace of %d bytes for a new stream (one per stream, up to %d streams): %w", w.size, maxScratchStreams, err)
-		}
-		w.extra = append(w.extra, streamBuffer{stream: s, buf: buf})
+	if buf, ok := w.extra[s]; ok {
 		return buf, nil
 	}
-	// Every slot is taken: s takes the least recently used stream's
-	// workspace once that stream's work, which may still use it, is done.
-	e := w.extra[0]
-	if err := w.drain(e.stream); err != nil {
-		return nil, fmt.Errorf("waiting for a stream whose workspace a new stream takes over (at most %d streams keep their own): %w", maxScratchStreams, err)
+	if 1+len(w.extra) >= maxScratchStreams {
+		return nil, errdefs.Invalid("stream", fmt.Sprintf("%#x", s.Handle()),
+			"the executable already runs on %d streams, each with a workspace of its own (%d bytes); bind another executable for more", maxScratchStreams, w.size)
 	}
-	w.extra = append(w.extra[1:], streamBuffer{stream: s, buf: e.buf})
-	return e.buf, nil
+	buf, err := w.alloc(w.size)
+	if err != nil {
+		return nil, fmt.Errorf("stream %#x: a workspace of %d bytes of its own: %w", s.Handle(), w.size, err)
+	}
+	if w.extra == nil {
+		w.extra = map[*cuda.Stream]device.Buffer{}
+	}
+	w.extra[s] = buf
+	return buf, nil
 }
 
-// close frees every stream's own workspace after that stream's work; the
-// prepared workspace belongs to the prepared candidate.
+// close frees every stream's own workspace after that stream's work, and
+// waits for the first stream's, so that the prepared workspace, which
+// belongs to the prepared candidate, is no longer in use once close
+// returns (the device frees memory after waiting for its own stream only).
 func (w *streamScratch) close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -103,8 +95,11 @@ func (w *streamScratch) close() error {
 	}
 	w.closed = true
 	var errs []error
-	for _, e := range w.extra {
-		errs = append(errs, w.drain(e.stream), w.free(e.buf))
+	if w.owner != nil {
+		errs = append(errs, w.drain(w.owner))
+	}
+	for s, buf := range w.extra {
+		errs = append(errs, w.drain(s), w.free(buf))
 	}
 	w.extra = nil
 	return errors.Join(errs...)

@@ -46,17 +46,20 @@ func newTestScratch(size int64) (*streamScratch, *scratchLedger) {
 	return w, l
 }
 
+// scratchID is the workspace forStream gives s: 0 for the prepared one,
+// else the fake allocator's number.
 func scratchID(t *testing.T, w *streamScratch, s *cuda.Stream) int {
 	t.Helper()
 	buf, err := w.forStream(s)
 	require.NoError(t, err)
 	if buf == nil {
-		return 0 // the prepared workspace
+		return 0
 	}
 	return buf.(*scratchBuffer).id
 }
 
-// Streams (as *cuda.Stream keys; no driver call is made through them).
+// testStreams are distinct *cuda.Stream keys; no driver call is made
+// through them.
 func testStreams(n int) []*cuda.Stream {
 	out := make([]*cuda.Stream, n)
 	for i := range out {
@@ -67,12 +70,11 @@ func testStreams(n int) []*cuda.Stream {
 
 // TestStreamScratchGivesEachStreamItsOwnWorkspace: the first stream keeps
 // the prepared workspace, each further stream gets one of its own that it
-// keeps, and nothing waits while every stream has a slot.
+// keeps, and close waits for every stream before it frees theirs.
 func TestStreamScratchGivesEachStreamItsOwnWorkspace(t *testing.T) {
 	w, l := newTestScratch(4096)
 	s := testStreams(maxScratchStreams)
-	assert.Equal(t, 0, scratchID(t, w, s[0]))
-	for i := 1; i < len(s); i++ {
+	for i := range s {
 		assert.Equal(t, i, scratchID(t, w, s[i]), "stream %d", i)
 	}
 	for round := 0; round < 3; round++ {
@@ -80,64 +82,53 @@ func TestStreamScratchGivesEachStreamItsOwnWorkspace(t *testing.T) {
 			assert.Equal(t, i, scratchID(t, w, s[i]), "round %d, stream %d", round, i)
 		}
 	}
-	assert.Equal(t, []int64{4096, 4096, 4096}, l.allocated)
-	assert.Empty(t, l.drained)
+	assert.Len(t, l.allocated, maxScratchStreams-1)
+	for _, n := range l.allocated {
+		assert.EqualValues(t, 4096, n)
+	}
+	assert.Empty(t, l.drained, "running waits for nothing")
 
 	require.NoError(t, w.close())
-	assert.ElementsMatch(t, []int{1, 2, 3}, l.freed)
-	assert.ElementsMatch(t, s[1:], l.drained, "each stream's work is waited for before its workspace is freed")
+	assert.Len(t, l.freed, maxScratchStreams-1)
+	assert.ElementsMatch(t, s, l.drained, "every stream's work, the first's too, is waited for")
 	require.NoError(t, w.close(), "a second close does nothing")
-	assert.Len(t, l.freed, 3)
+	assert.Len(t, l.freed, maxScratchStreams-1)
 	_, err := w.forStream(s[1])
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 }
 
-// TestStreamScratchHandsOverTheLeastRecentlyUsed: past the limit a new
-// stream takes the workspace of the stream used least recently, after
-// waiting for that stream; the first stream's prepared workspace is never
-// handed over.
-func TestStreamScratchHandsOverTheLeastRecentlyUsed(t *testing.T) {
+// TestStreamScratchRefusesAStreamPastTheLimit: a stream past the limit is
+// refused with an error naming it, and the others keep their workspaces:
+// none is handed over, since a captured graph would keep using it.
+func TestStreamScratchRefusesAStreamPastTheLimit(t *testing.T) {
 	w, l := newTestScratch(64)
-	s := testStreams(maxScratchStreams + 2)
+	s := testStreams(maxScratchStreams + 1)
 	for i := 0; i < maxScratchStreams; i++ {
 		scratchID(t, w, s[i])
 	}
-	scratchID(t, w, s[1]) // s[2] is now the least recently used
-	assert.Equal(t, 2, scratchID(t, w, s[maxScratchStreams]), "the new stream takes s[2]'s workspace")
-	assert.Equal(t, []*cuda.Stream{s[2]}, l.drained)
-	assert.Equal(t, 3, scratchID(t, w, s[maxScratchStreams+1]), "then s[3]'s")
-	assert.Equal(t, []*cuda.Stream{s[2], s[3]}, l.drained)
-	assert.Equal(t, 0, scratchID(t, w, s[0]))
-	assert.Len(t, l.allocated, maxScratchStreams-1, "no workspace beyond the limit")
-
-	// s[2] comes back: it takes the least recently used again (s[1]'s).
-	assert.Equal(t, 1, scratchID(t, w, s[2]))
-	assert.Equal(t, s[1], l.drained[len(l.drained)-1])
+	_, err := w.forStream(s[maxScratchStreams])
+	assertFieldError(t, err, "stream", "0x0")
+	assert.Contains(t, err.Error(), fmt.Sprintf("already runs on %d streams", maxScratchStreams))
+	for i := 0; i < maxScratchStreams; i++ {
+		assert.Equal(t, i, scratchID(t, w, s[i]), "stream %d keeps its workspace", i)
+	}
+	assert.Len(t, l.allocated, maxScratchStreams-1)
+	assert.Empty(t, l.drained)
 }
 
-// TestStreamScratchFailuresAreErrorsThatKeepState: a failed allocation or a
-// failed wait is an error saying what it was for, and the streams that
-// have a workspace keep it.
-func TestStreamScratchFailuresAreErrorsThatKeepState(t *testing.T) {
+// TestStreamScratchAllocationFailureKeepsState: a failed allocation is an
+// error saying what it was for, and the stream can try again.
+func TestStreamScratchAllocationFailureKeepsState(t *testing.T) {
 	w, l := newTestScratch(1 << 30)
-	s := testStreams(maxScratchStreams + 1)
+	s := testStreams(3)
 	scratchID(t, w, s[0])
 	l.failAlloc = errors.New("out of memory")
 	_, err := w.forStream(s[1])
 	require.Error(t, err)
 	assert.ErrorIs(t, err, l.failAlloc)
-	assert.Contains(t, err.Error(), fmt.Sprintf("a workspace of %d bytes for a new stream", 1<<30))
+	assert.Contains(t, err.Error(), fmt.Sprintf("a workspace of %d bytes of its own", 1<<30))
 	l.failAlloc = nil
-	for i := 1; i < maxScratchStreams; i++ {
-		assert.Equal(t, i, scratchID(t, w, s[i]))
-	}
-
-	stuck := errors.New("illegal address")
-	w.drain = func(*cuda.Stream) error { return stuck }
-	_, err = w.forStream(s[maxScratchStreams])
-	assert.ErrorIs(t, err, stuck)
-	assert.Contains(t, err.Error(), "waiting for a stream whose workspace a new stream takes over")
-	for i := 1; i < maxScratchStreams; i++ {
-		assert.Equal(t, i, scratchID(t, w, s[i]), "stream %d keeps its workspace", i)
-	}
+	assert.Equal(t, 1, scratchID(t, w, s[1]))
+	assert.Equal(t, 2, scratchID(t, w, s[2]))
+	assert.Equal(t, 0, scratchID(t, w, s[0]))
 }
