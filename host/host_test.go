@@ -78,8 +78,8 @@ func TestMeasureTimesBothCandidatesAndExplainsTheChoice(t *testing.T) {
 	d, err := h.Measure(context.Background(), affineRequest(1, 1024, 512, 4, 64))
 	require.NoError(t, err)
 	// qmm and gemv are timed; gemv/tensor-core, gemv/bulk, qmm/stream,
-	// qmm/bulk and qmm/wgmma run on CUDA only and say so.
-	require.Len(t, d.Measurements, 7)
+	// qmm/bulk, qmm/wave and qmm/wgmma run on CUDA only and say so.
+	require.Len(t, d.Measurements, 8)
 	assert.Equal(t, "qmm", d.Measurements[0].Candidate, "fallback first")
 	chosen := 0
 	for _, m := range d.Measurements {

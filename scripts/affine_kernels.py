@@ -1143,6 +1143,15 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
             keep.append(ws)
             fns.append(run)
         return time_launches(fns)
+    elif kind == "wave":
+        import wave_kernel   # scripts/wave_kernel.py (imports this module)
+        y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
+        keep, fns = [], []
+        for (w, s, b) in copies:
+            run, k = wave_kernel.launcher(cfg, wt, x, y, tokens, w, s, b)
+            keep.append(k)
+            fns.append(run)
+        return time_launches(fns)
     else:
         grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
         path = QMM_CU
@@ -1208,6 +1217,9 @@ def run_bench(quick: bool, sweep: bool):
                 rows.append(("bulk", bulk_config(bits, group, t, in_f, out_f), True))
             if wg_serves(t, in_f, bits, group):
                 rows.append(("wg", wg_choose(t, out_f, in_f=in_f, bits=bits), True))
+            if wave_serves(t, in_f, out_f, bits, group):
+                import wave_kernel
+                rows.append(("wave", wave_kernel.wave_config(out_f, SMS), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
@@ -1239,6 +1251,15 @@ def run_bench(quick: bool, sweep: bool):
         del qcopies, dense, wt
         torch.cuda.empty_cache()
     return results
+
+
+def wave_serves(tokens: int, in_f: int, out_f: int, bits: int, group: int) -> bool:
+    """qmm/wave's admission (plugins/qmm/wave.go, waveAdmit) on this GPU."""
+    if not (9 <= tokens <= 16 and bits == 4 and group == 64 and in_f % 512 == 0 and out_f % 8 == 0):
+        return False
+    import wave_kernel
+    cfg = wave_kernel.wave_config(out_f, SMS)
+    return 8 * cfg["NT"] * cfg["WR"] >= 64
 
 
 def target_mark(kind, in_f, out_f, t, sp, bw):

@@ -38,7 +38,8 @@ for s in "${stages[@]}"; do
   case $s in
     cuda)      run cuda bin/gpu/cuda.test -test.count=1 -test.v ;;
     cudabench) run cudabench bin/gpu/cudabench ;;
-    kernels)   run kernels python3 scripts/affine_kernels.py ${KERNEL_ARGS:-} ;;
+    kernels)   run kernels python3 scripts/affine_kernels.py ${KERNEL_ARGS:-}
+               run wave python3 scripts/wave_kernel.py ;;
     probe)     run probe python3 scripts/bwprobe.py ;;
     plugins)   run plugin-qmm bin/gpu/qmm.test -test.count=1 -test.v
                run plugin-gemv bin/gpu/gemv.test -test.count=1 -test.v ;;

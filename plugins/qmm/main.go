@@ -2,11 +2,13 @@
 // serves any token count. On a GPU it runs kernels/qmm.cu (bf16 tensor-core
 // mma with dequantisation in registers), compiled by NVRTC per variant and
 // exported for the host to launch; on the CPU device it dequantises each
-// weight row once and multiplies it with every token. Three GPU candidates
+// weight row once and multiplies it with every token. Four GPU candidates
 // join it where they may be faster, and the host times them against it:
 // qmm/stream (internal/affinegpu/kernels/stream.cu, 9 to 32 tokens of 4- or
 // 8-bit weights), qmm/bulk (internal/affinegpu/kernels/bulk.cu in K slices
-// on compute capability 9.0, 9 to 16 tokens of 4-bit weights) and
+// on compute capability 9.0, 9 to 16 tokens of 4-bit weights), qmm/wave
+// (kernels/wave.cu on compute capability 9.0, 9 to 16 tokens of 4-bit
+// group-64 weights with at least 64 output rows per multiprocessor) and
 // qmm/wgmma (kernels/wg.cu on compute capability 9.0, 4- and 8-bit
 // group-64 weights at 33 or more tokens).
 package main
@@ -67,5 +69,5 @@ func (qmm) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk.
 }
 
 func main() {
-	sdk.Serve(sdk.Options{Name: "qmm", Version: version}, qmm{}, qmmStream{}, qmmBulk{}, qmmWGMMA{})
+	sdk.Serve(sdk.Options{Name: "qmm", Version: version}, qmm{}, qmmStream{}, qmmBulk{}, qmmWave{}, qmmWGMMA{})
 }

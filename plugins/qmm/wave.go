@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/kcand/kcand/cuda"
+	"github.com/kcand/kcand/internal/affinegpu"
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
+	"github.com/kcand/kcand/sdk/family/affine"
+	"github.com/kcand/kcand/sdk/gpukernel"
+)
+
+//go:embed kernels/wave.cu
+var waveCode string
+
+// waveSource is kernels/wave.cu, qmm/wave's kernel (see its header).
+var waveSource = gpukernel.Source{Name: "wave.cu", Code: waveCode}
+
+const (
+	waveEntry      = "affine_wave"
+	waveXPrepEntry = "affine_wave_xprep" // x / sigma in fragment order, one block per line
+	// waveXPrepThreads is affine_wave_xprep's block.
+	waveXPrepThreads = 256
+	// waveLine is the inputs of one line (one 128-byte box of packed
+	// weights a row); the kernel streams lines in pairs (a pair's 8 groups
+	// of scales are one 16-byte box a row), so in_features is a multiple
+	// of 2*waveLine.
+	waveLine = 256
+	// waveXLineBytes is one line of prepared x (XLINE_BYTES in wave.cu):
+	// 16 mma steps of A fragments, the group sums' fragments, 16 scales.
+	waveXLineBytes = 17*512 + 64
+	// waveMaxRows is the most rows a block takes (a tensor-map box's
+	// limit); waveMinRows the fewest it is offered with: below, a block's
+	// x stream outweighs its weights and qmm/bulk was faster (4096 outputs
+	// at 16 tokens: bench/NOTES.md, seventeenth session).
+	waveMaxRows, waveMinRows = 256, 64
+	// waveWarps is the consumer warps of a block; waveMaxLineSlots caps
+	// its ring of lines.
+	waveWarps, waveMaxLineSlots = 8, 16
+	// waveMaxShared is the shared memory a block may take: the H200's
+	// 227 KiB less room for an affine_wave_xprep block (8.5 KiB) beside it.
+	waveMaxShared = 217 << 10
+)
+
+// qmmWave is QMM's small-batch candidate on Hopper: kernels/wave.cu. Each
+// block takes about a wave's share of the output rows and all of the
+// inputs, streaming lines of weights with tensor copies; mma.sync with the
+// tokens as M and the weights dequantised to fp16 (s*q, one rounding) in
+// registers, x scaled per token and line by a power of two into fp16. It
+// serves 9 to 16 tokens of 4-bit weights in groups of 64 where a block
+// holds at least waveMinRows rows; the host times it against qmm/bulk and
+// qmm/stream.
+type qmmWave struct{}
+
+var _ sdk.Candidate = qmmWave{}
+
+// Info implements sdk.Candidate.
+func (qmmWave) Info() sdk.CandidateInfo {
+	return sdk.CandidateInfo{
+		Name:      "qmm/wave",
+		Family:    sdk.FamilyAffine,
+		Numeric:   sdk.NumericBounded,
+		Stability: sdk.Stable,
+		Devices:   []device.Kind{device.CUDA},
+	}
+}
+
+// Admit implements sdk.Candidate.
+func (qmmWave) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
+	cfg, why := waveAdmit(req, hw)
+	if why != "" {
+		return sdk.Admission{Reason: why}
+	}
+	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("small batch (%d ≤ tokens=%d ≤ %d) of int4 g64 on sm_90, %s",
+		affinegpu.BulkSplitTokens+1, req.Tokens, affinegpu.BulkMaxTokens, cfg.describe())}
+}
+
+// waveAdmit picks the variant for req on hw, or says why kernels/wave.cu
+// does not serve it.
+func waveAdmit(req sdk.Request, hw device.Profile) (waveConfig, string) {
+	if why := affinegpu.AdmitCUDA(req, hw); why != "" {
+		return waveConfig{}, why
+	}
+	if major := affinegpu.ComputeMajor(hw.ComputeCapability); major < 9 {
+		return waveConfig{}, fmt.Sprintf("tensor copies need compute capability 9.0 or newer, the GPU has %s", hw.ComputeCapability)
+	}
+	if req.Tokens <= affinegpu.BulkSplitTokens || req.Tokens > affinegpu.BulkMaxTokens {
+		return waveConfig{}, fmt.Sprintf("serves %d to %d tokens (one mma's 16 rows), not %d", affinegpu.BulkSplitTokens+1, affinegpu.BulkMaxTokens, req.Tokens)
+	}
+	if req.Weight.Bits != 4 || req.Weight.GroupSize != 64 {
+		return waveConfig{}, fmt.Sprintf("unpacks 4-bit weights in groups of 64, not bits=%d group_size=%d", req.Weight.Bits, req.Weight.GroupSize)
+	}
+	if req.InFeatures%(2*waveLine) != 0 {
+		return waveConfig{}, fmt.Sprintf("in_features=%d is not a multiple of %d (lines of %d inputs, streamed in pairs)", req.InFeatures, 2*waveLine, waveLine)
+	}
+	maxShared := waveMaxShared
+	if l := hw.Limits.MaxSharedPerBlock; l > 0 {
+		maxShared = min(maxShared, l)
+	}
+	cfg, ok := chooseWave(req, hw.Multiprocessors, maxShared)
+	if !ok {
+		return waveConfig{}, fmt.Sprintf("two lines of %d rows do not fit %d bytes of shared memory", cfg.rows(), maxShared)
+	}
+	if cfg.rows() < waveMinRows {
+		return waveConfig{}, fmt.Sprintf("out_features=%d gives blocks of %d rows on %d multiprocessors, fewer than %d (their x would outweigh their weights)",
+			req.OutFeatures, cfg.rows(), hw.Multiprocessors, waveMinRows)
+	}
+	return cfg, ""
+}
+
+// Prepare implements sdk.Candidate.
+func (qmmWave) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	if err := affine.Validate(req); err != nil {
+		return nil, err
+	}
+	cfg, why := waveAdmit(req, env.Device.Profile())
+	if why != "" {
+		return nil, errdefs.Unsupported("qmm/wave: %s", why)
+	}
+	dev, err := affinegpu.CUDA(env)
+	if err != nil {
+		return nil, err
+	}
+	main, err := kernels.Get(dev, waveSource, cfg.variant())
+	if err != nil {
+		return nil, err
+	}
+	prep, err := main.Sibling(waveXPrepEntry)
+	if err != nil {
+		return nil, err
+	}
+	l := cfg.launches(req)
+	p, err := affinegpu.NewPreparedSteps(req, weights,
+		[]gpukernel.Step{{Kernel: prep, Launch: l.prep}, {Kernel: main, Launch: l.main}}, cfg.workspaceBytes(req))
+	if err != nil {
+		return nil, err
+	}
+	env.Logger.Debug("prepared", "request", req.Key(), "kernel", p.Describe(), "variant", cfg.describe(), "nvrtc_cache_hit", main.CacheHit)
+	return p, nil
+}
+
+// waveConfig is one variant of kernels/wave.cu (its macros).
+type waveConfig struct {
+	NT  int // n-tiles (8 rows) per consumer warp
+	WR  int // row groups of consumer warps
+	WK  int // consumer warps per row group, each taking every WK-th line
+	NS  int // line slots in the ring
+	NSB int // scale and bias slots, each serving two lines
+}
+
+// chooseWave picks the variant for req on a GPU with sms multiprocessors
+// and maxShared bytes of shared memory per block: rows per block out/sms
+// rounded up to 8 (about one wave of blocks), at most waveMaxRows; WR row
+// groups (a power of two) of at most 8 n-tiles; waveWarps consumer warps;
+// as many line slots as fit, and half as many scale slots plus one. It
+// reports false when not even two line slots fit.
+func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
+	n8 := min(ceilDiv(req.OutFeatures, 8*max(sms, 1)), waveMaxRows/8)
+	wr := 1
+	for ceilDiv(n8, wr) > 8 {
+		wr *= 2
+	}
+	c := waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), NS: 2, NSB: 2}
+	if c.sharedBytes() > maxShared {
+		return c, false
+	}
+	for c.NS < waveMaxLineSlots {
+		next := c
+		next.NS++
+		next.NSB = next.NS/2 + 1
+		if next.sharedBytes() > maxShared {
+			break
+		}
+		c = next
+	}
+	return c, true
+}
+
+// rows is the output rows of a block.
+func (c waveConfig) rows() int { return 8 * c.NT * c.WR }
+
+// lineBytes is one ring slot: a line of weights and its x, 1 KiB aligned
+// (the 128-byte swizzle's unit).
+func (c waveConfig) lineBytes() int {
+	return (c.rows()*128 + waveXLineBytes + 1023) / 1024 * 1024
+}
+
+// sharedBytes is the dynamic shared memory (SMEM_BYTES in wave.cu).
+func (c waveConfig) sharedBytes() int {
+	return c.NS*c.lineBytes() + c.NSB*2*c.rows()*16 + 1024
+}
+
+// workspaceBytes is the prepared x: one waveXLineBytes per line.
+func (c waveConfig) workspaceBytes(req sdk.Request) int64 {
+	return int64(req.InFeatures/waveLine) * waveXLineBytes
+}
+
+// variant is the kernel variant to compile.
+func (c waveConfig) variant() gpukernel.Variant {
+	return gpukernel.Variant{Entry: waveEntry, Defines: map[string]int{"NT": c.NT, "WR": c.WR, "WK": c.WK, "NS": c.NS, "NSB": c.NSB}}
+}
+
+// waveLaunches are the launches of one call, in stream order.
+type waveLaunches struct{ prep, main gpukernel.Launch }
+
+// launches are the preparation (one block per line) and the product for
+// req. The product starts early (programmatic dependent launch): its first
+// lines of weights are in flight while x is prepared. The preparation does
+// not: started early beside the product ahead of it (which releases its
+// dependents only after its loop), its blocks would wait there for that
+// product to end.
+func (c waveConfig) launches(req sdk.Request) waveLaunches {
+	bias := gpukernel.NullPointer
+	if req.Bias {
+		bias = sdk.BufferParam(affine.Bias)
+	}
+	ws := sdk.BufferParam(sdk.BufferWorkspace)
+	tok, in, out := sdk.Int32Param(int32(req.Tokens)), sdk.Int32Param(int32(req.InFeatures)), sdk.Int32Param(int32(req.OutFeatures))
+	weights, scales := c.tensorMaps(req)
+	return waveLaunches{
+		prep: gpukernel.Launch{
+			Grid: [3]uint32{uint32(req.InFeatures / waveLine), 1, 1}, Block: [3]uint32{waveXPrepThreads, 1, 1},
+			Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
+		},
+		main: gpukernel.Launch{
+			Grid: [3]uint32{uint32(ceilDiv(req.OutFeatures, c.rows())), 1, 1}, Block: [3]uint32{uint32(32 * (c.WR*c.WK + 1)), 1, 1},
+			SharedBytes: uint32(c.sharedBytes()), Programmatic: true,
+			Params: []sdk.Param{
+				sdk.TensorMapParam(affine.Weight, weights), sdk.TensorMapParam(affine.Scales, scales), sdk.TensorMapParam(affine.Biases, scales),
+				ws, bias, sdk.BufferParam(affine.Y), tok, in, out,
+			},
+		},
+	}
+}
+
+// tensorMaps describes the views the product's copies read (wave.cu's
+// header): the packed weights as rows of 32-bit words in boxes of [rows][32
+// words] (a line), 128-byte swizzled; the scales and the biases as rows of
+// bf16 in boxes of [rows][8 groups] (a pair of lines).
+func (c waveConfig) tensorMaps(req sdk.Request) (weights, scales cuda.TensorMapDesc) {
+	rows, box := uint64(req.OutFeatures), uint32(c.rows())
+	words, groups := uint64(req.InFeatures/8), uint64(req.InFeatures/64)
+	weights = cuda.TensorMapDesc{DataType: cuda.TensorU32, Dims: []uint64{words, rows}, Strides: []uint64{4 * words},
+		Box: []uint32{32, box}, Swizzle: 128, L2Promotion: 128}
+	scales = cuda.TensorMapDesc{DataType: cuda.TensorU16, Dims: []uint64{groups, rows}, Strides: []uint64{2 * groups},
+		Box: []uint32{8, box}, L2Promotion: 128}
+	return weights, scales
+}
+
+// describe names the variant for logs and admission reasons.
+func (c waveConfig) describe() string {
+	return fmt.Sprintf("wave rows=%d NT=%d WR=%d WK=%d NS=%d NSB=%d", c.rows(), c.NT, c.WR, c.WK, c.NS, c.NSB)
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/family/affine"
+	"github.com/kcand/kcand/sdk/gpukernel"
+	"github.com/kcand/kcand/sdk/plugintest"
+)
+
+func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
+	for _, c := range []struct {
+		req  sdk.Request
+		want string
+	}{
+		{int4Request(16, 8192, 28672), "rows=224 NT=7 WR=4 WK=2 NS=5 NSB=3"},
+		{int4Request(16, 28672, 8192), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6"},
+		{int4Request(9, 4096, 14336), "rows=112 NT=7 WR=2 WK=4 NS=8 NSB=5"},
+		{int4Request(13, 1024, 65536), "rows=256 NT=8 WR=4 WK=2"},
+	} {
+		adm := qmmWave{}.Admit(c.req, hopper())
+		assert.True(t, adm.Admitted, "%s: %s", c.req.Key(), adm.Reason)
+		assert.Contains(t, adm.Reason, c.want, c.req.Key())
+	}
+
+	for _, c := range []struct {
+		name string
+		req  sdk.Request
+		hw   device.Profile
+		want string
+	}{
+		{"cpu", int4Request(16, 4096, 14336), device.Profile{Kind: device.CPU}, "needs a CUDA device"},
+		{"before Hopper", int4Request(16, 4096, 14336), device.Profile{Kind: device.CUDA, ComputeCapability: "8.0", Multiprocessors: 108}, "compute capability 9.0"},
+		{"decode", int4Request(8, 4096, 14336), hopper(), "serves 9 to 16 tokens (one mma's 16 rows), not 8"},
+		{"17 tokens", int4Request(17, 4096, 14336), hopper(), "not 17"},
+		{"8 bits", plugintest.AffineRequest(16, 4096, 14336, 8, 64, false), hopper(), "not bits=8 group_size=64"},
+		{"groups of 128", plugintest.AffineRequest(16, 4096, 14336, 4, 128, false), hopper(), "not bits=4 group_size=128"},
+		{"odd inputs", int4Request(16, 2880, 14336), hopper(), "in_features=2880 is not a multiple of 512"},
+		{"few rows", int4Request(16, 14336, 4096), hopper(), "blocks of 32 rows on 132 multiprocessors, fewer than 64"},
+		{"little shared memory", int4Request(16, 4096, 14336),
+			device.Profile{Kind: device.CUDA, ComputeCapability: "9.0", Multiprocessors: 132, Limits: device.Limits{MaxSharedPerBlock: 48 << 10}},
+			"do not fit 49152 bytes"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			adm := qmmWave{}.Admit(c.req, c.hw)
+			assert.False(t, adm.Admitted)
+			assert.Contains(t, adm.Reason, c.want)
+		})
+	}
+}
+
+// TestWaveVariantsMeetTheKernelsLimits sweeps output sizes and GPU sizes:
+// every admitted variant must compile (wave.cu's #error checks: a box of at
+// most 256 rows, the K warps' sums within the ring), fit its shared memory
+// with room for a preparation block beside it, give each block whole
+// n-tiles, and cover the output with its grid.
+func TestWaveVariantsMeetTheKernelsLimits(t *testing.T) {
+	admitted := 0
+	for _, sms := range []int{132, 114, 78, 16} {
+		for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
+			req := int4Request(16, 4096, out)
+			hw := hopper()
+			hw.Multiprocessors = sms
+			c, why := waveAdmit(req, hw)
+			if why != "" {
+				continue
+			}
+			admitted++
+			name := fmt.Sprintf("%d outputs on %d SMs: %s", out, sms, c.describe())
+			assert.GreaterOrEqual(t, c.rows(), waveMinRows, name)
+			assert.LessOrEqual(t, c.rows(), waveMaxRows, name)
+			assert.True(t, c.NT >= 1 && c.NT <= 8, name)
+			assert.Equal(t, waveWarps, c.WR*c.WK, name)
+			assert.True(t, c.NS >= 2 && c.NS <= waveMaxLineSlots && c.NSB >= 1, name)
+			assert.LessOrEqual(t, c.WK*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the K warps' sums fit the ring", name)
+			assert.LessOrEqual(t, c.sharedBytes(), waveMaxShared, name)
+			l := c.launches(req)
+			blocks := int(l.main.Grid[0])
+			assert.True(t, blocks*c.rows() >= out && (blocks-1)*c.rows() < out, "%s: %d blocks", name, blocks)
+			if c.rows() < waveMaxRows {
+				assert.LessOrEqual(t, blocks, sms, "%s: one wave", name)
+			}
+		}
+	}
+	assert.Greater(t, admitted, 50)
+}
+
+// The preparation runs one block per line without early start; the product
+// starts early and reads the prepared x from the workspace through its
+// tensor maps' boxes of a block's rows.
+func TestWaveLaunchesWireTheWorkspace(t *testing.T) {
+	req := plugintest.AffineRequest(11, 3072, 8200, 4, 64, true)
+	c, why := waveAdmit(req, hopper())
+	require.Empty(t, why)
+	assert.Equal(t, int64(12*(17*512+64)), c.workspaceBytes(req), "12 lines of prepared x")
+	l := c.launches(req)
+	ws := sdk.BufferParam(sdk.BufferWorkspace)
+	tok, in, out := sdk.Int32Param(11), sdk.Int32Param(3072), sdk.Int32Param(8200)
+	assert.Equal(t, [3]uint32{12, 1, 1}, l.prep.Grid)
+	assert.Equal(t, [3]uint32{waveXPrepThreads, 1, 1}, l.prep.Block)
+	assert.False(t, l.prep.Programmatic)
+	assert.Equal(t, []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in}, l.prep.Params)
+
+	assert.True(t, l.main.Programmatic)
+	assert.Equal(t, [3]uint32{129, 1, 1}, l.main.Grid, "64-row blocks, the last one partial")
+	assert.Equal(t, [3]uint32{32 * 9, 1, 1}, l.main.Block, "8 consumer warps and the producer")
+	assert.Equal(t, uint32(c.sharedBytes()), l.main.SharedBytes)
+	p := l.main.Params
+	require.Len(t, p, 9)
+	for i, name := range []string{affine.Weight, affine.Scales, affine.Biases} {
+		assert.Equal(t, name, p[i].Buffer)
+		require.NotNil(t, p[i].TensorMap)
+		assert.NoError(t, p[i].TensorMap.Check(name))
+		assert.Equal(t, uint32(64), p[i].TensorMap.Box[1], "a block's rows")
+	}
+	assert.Equal(t, []uint32{32, 64}, p[0].TensorMap.Box, "one line: 32 words of each row")
+	assert.Equal(t, 128, p[0].TensorMap.Swizzle)
+	assert.Equal(t, []uint32{8, 64}, p[1].TensorMap.Box, "a pair of lines' 8 groups")
+	assert.Equal(t, []sdk.Param{ws, sdk.BufferParam(affine.Bias), sdk.BufferParam(affine.Y), tok, in, out}, p[3:])
+	noBias := int4Request(16, 4096, 14336)
+	cn, _ := waveAdmit(noBias, hopper())
+	assert.Equal(t, gpukernel.NullPointer, cn.launches(noBias).main.Params[4])
+}
+
+// TestWaveVariantsCompile compiles the variant qmm/wave runs for every GPU
+// test shape it serves (NVRTC 12 or newer: tensor copies are PTX ISA 8.0).
+func TestWaveVariantsCompile(t *testing.T) {
+	plugintest.CompileVariants(t, waveSource, func(req sdk.Request, sms int) plugintest.Choice {
+		hw := hopper()
+		hw.Multiprocessors = sms
+		c, why := waveAdmit(req, hw)
+		if why != "" {
+			return plugintest.Choice{}
+		}
+		l := c.launches(req)
+		return plugintest.Choice{OK: true, Source: &waveSource, Variant: c.variant(),
+			Grid: l.main.Grid, Block: l.main.Block, SharedBytes: l.main.SharedBytes, MinNVRTC: 12}
+	})
+}

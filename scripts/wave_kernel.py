@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Checks and times plugins/qmm/kernels/wave.cu, qmm/wave's 9-16 token kernel
+(development tool; see the kernel's header).
+
+Correctness: fresh random 4-bit g64 weights and x, y poisoned before each
+call, against the float64 reference (the family's gate). Bench: 16 tokens
+at the issue's five shapes against torch's bf16 matmul and qmm/bulk in the
+same run (CUDA graphs, weights rotated beyond L2, as affine_kernels.py).
+
+    python3 scripts/wave_kernel.py [--only correctness|bench] [--configs NT:WR:WK:NS,...] [--tokens 16]
+"""
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import affine_kernels as ak  # noqa: E402
+
+WAVE_CU = ak.ROOT / "plugins" / "qmm" / "kernels" / "wave.cu"
+ak.ENTRY[WAVE_CU] = "affine_wave"
+ak.KIND_OF[WAVE_CU] = "wave"
+MAX_SMEM = 217 * 1024   # leaves room for an xprep block (8 KB) beside a main block
+
+
+XLINE = 17 * 512 + 64
+
+
+def line_bytes(r: int) -> int:
+    return -(-(r * 128 + XLINE) // 1024) * 1024
+
+
+def wave_config(out_f: int, sms: int) -> dict:
+    """chooseWave in plugins/qmm/wave.go. Rows per block: out/SMs rounded
+    up to 8 (about one wave), at most 256; WR row groups (a power of two) of
+    NT <= 8 n-tiles; 8 consumer warps; as many line slots as fit."""
+    n8 = min(-(-out_f // (8 * sms)), 32)   # a tensor-map box holds at most 256 rows
+    wr = 1
+    while -(-n8 // wr) > 8:
+        wr *= 2
+    nt = -(-n8 // wr)
+    return finish(dict(NT=nt, WR=wr, WK=max(1, 8 // wr)))
+
+
+EXTRA = {}   # --define: macros every variant takes (XPL: lines per xprep block, the harness's)
+XP_PDL = False   # --xp-pdl: xprep with early start too (the plugin launches it without)
+
+
+def finish(cfg: dict) -> dict:
+    cfg.update(EXTRA)
+    r = 8 * cfg["NT"] * cfg["WR"]
+    if "NS" not in cfg:
+        ns = 2
+        while ns < 16 and smem_bytes(dict(cfg, NS=ns + 1, NSB=(ns + 1) // 2 + 1)) <= MAX_SMEM:
+            ns += 1
+        cfg["NS"] = ns
+    cfg.setdefault("NSB", cfg["NS"] // 2 + 1)
+    return cfg
+
+
+def smem_bytes(cfg: dict) -> int:
+    r = 8 * cfg["NT"] * cfg["WR"]
+    return cfg["NS"] * line_bytes(r) + cfg["NSB"] * 2 * r * 16 + 1024
+
+
+def launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None, pdl=True):
+    """A callable that runs one call (sigma, xprep, main) and its workspace."""
+    w = wt.w if w is None else w
+    scales = wt.scales if scales is None else scales
+    biases = wt.biases if biases is None else biases
+    r = 8 * cfg["NT"] * cfg["WR"]
+    words, groups = wt.in_f // 8, wt.in_f // 64
+    maps = [ak.TensorMap(w.data_ptr(), 2, words, wt.out_f, words * 4, 32, r, swizzle=3),
+            ak.TensorMap(scales.data_ptr(), 1, groups, wt.out_f, groups * 2, 8, r),
+            ak.TensorMap(biases.data_ptr(), 1, groups, wt.out_f, groups * 2, 8, r)]
+    ws = torch.full(((wt.in_f // 256) * XLINE,), 0xFF, dtype=torch.uint8, device="cuda")   # poisoned
+    smem = smem_bytes(cfg)
+    main = ak.get_kernel(WAVE_CU, cfg, smem)
+    prep = ak.get_kernel(WAVE_CU, cfg, 0, name="affine_wave_xprep")
+    xgrid = -(-(wt.in_f // 256) // cfg.get("XPL", 1))
+    p = lambda t: np.uint64(t.data_ptr())
+    bias = p(wt.bias) if wt.bias is not None else np.uint64(0)
+    xa = [p(x), p(ws), np.int32(tokens), np.int32(wt.in_f)]
+    margs = [m.map for m in maps] + [p(ws), bias, p(y), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f)]
+    grid = (-(-wt.out_f // r), 1, 1)
+    block = (32 * (cfg["WR"] * cfg["WK"] + 1), 1, 1)
+
+    def run():
+        ak.launch_ex(prep, (xgrid, 1, 1), (256, 1, 1), xa, 0, programmatic=XP_PDL)
+        ak.launch_ex(main, grid, block, margs, smem, programmatic=pdl)
+        return maps, ws
+
+    def run_main():   # the main kernel alone, on x prepared by an earlier run()
+        ak.launch_ex(main, grid, block, margs, smem, programmatic=pdl)
+        return maps, ws
+
+    def run_prep():   # xprep alone
+        ak.launch_ex(prep, (xgrid, 1, 1), (256, 1, 1), xa, 0, programmatic=XP_PDL)
+        return maps, ws
+
+    def run_prep_plain():   # xprep alone, without early start
+        ak.launch_ex(prep, (xgrid, 1, 1), (256, 1, 1), xa, 0, programmatic=False)
+        return maps, ws
+
+    def run_plain():   # the call without early start
+        ak.launch_ex(prep, (xgrid, 1, 1), (256, 1, 1), xa, 0, programmatic=False)
+        ak.launch_ex(main, grid, block, margs, smem, programmatic=False)
+        return maps, ws
+    run.main, run.prep, run.plain, run.prep_plain = run_main, run_prep, run_plain, run_prep_plain
+    return run, (maps, ws)
+
+
+CASES = [   # (in, out, tokens, bias, x scale)
+    (4096, 4096, 16, False, 1.0), (8192, 28672, 16, False, 1.0), (28672, 8192, 16, True, 1.0),
+    (4096, 14336, 9, True, 1.0), (14336, 4096, 13, False, 1.0), (5120, 13824, 16, True, 1.0),
+    (2048, 1032, 11, True, 1.0), (1024, 264, 16, False, 2.0 ** 17), (512, 8, 10, True, 2.0 ** -20),
+    (3072, 8200, 15, False, 1.0),
+]
+
+
+MAIN_ONLY = False
+
+
+def sass_mix(cubin, function: str) -> str:
+    """Opcode counts of one function's SASS (cuobjdump), most frequent first."""
+    import collections
+    import subprocess
+    out = subprocess.run(["cuobjdump", "-sass", "-fun", function, str(cubin)], capture_output=True, text=True).stdout
+    ops = collections.Counter()
+    for line in out.splitlines():
+        m = re.match(r"\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if m:
+            ops[m.group(1)] += 1
+    return f"{sum(ops.values())} instructions: " + " ".join(f"{k} {v}" for k, v in ops.most_common(18))
+
+
+def run_correctness(configs) -> bool:
+    ok_all = True
+    for in_f, out_f, t, bias, xs in CASES:
+        wt = ak.Weights(4, 64, in_f, out_f, bias, seed=in_f * 31 + out_f + t)
+        x = torch.rand((t, in_f), device="cuda") * 2 - 1
+        x[1::2] *= xs   # odd tokens scaled (checked against a tolerance scaled alike)
+        x[0] *= 1e-3
+        x = x.to(torch.bfloat16)
+        ref = wt.reference(x)
+        for cfg in configs or [wave_config(out_f, ak.SMS)]:
+            y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")   # bf16 NaN
+            run, keep = launcher(cfg, wt, x, y, t)
+            run()
+            run()   # back to back with early start
+            torch.cuda.synchronize()
+            yb = y.view(torch.bfloat16)
+            ok, detail = ak.check(yb[0::2], ref[0::2])
+            ok_o, detail_o = ak.check(yb[1::2] / xs, ref[1::2] / xs)
+            ok, detail = ok and ok_o, f"even tokens {detail}; odd tokens /{xs:g}: {detail_o}"
+            ok_all &= ok
+            print(f"{'ok  ' if ok else 'FAIL'} {in_f:6d}->{out_f:<6d} t{t:<3d} bias={int(bias)} x*{xs:g} {cfg}: {detail}",
+                  flush=True)
+        del wt
+        torch.cuda.empty_cache()
+    return ok_all
+
+
+def run_bench(configs, tokens: int):
+    print(f"{'shape':>13s} {'tok':>4s} {'torch us':>9s} | {'kernel':8s} {'us':>8s} {'speedup':>7s} {'TB/s':>6s}")
+    for in_f, out_f in ak.BENCH_SHAPES:
+        wt = ak.Weights(4, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
+        nq = ak._copies(wt.nbytes())
+        copies = [(wt.w, wt.scales, wt.biases)] + [
+            (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]
+        nd = ak._copies(in_f * out_f * 2)
+        dense = [torch.randn((out_f, in_f), device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(nd)]
+        x = (torch.rand((tokens, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
+        ya = torch.empty((tokens, out_f), device="cuda", dtype=torch.bfloat16)
+        torch_fns = [lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense]
+        before = ak.time_launches(torch_fns)
+        rows = []
+        bcfg = ak.bulk_config(4, 64, tokens, in_f, out_f)
+        if bcfg:
+            rows.append(("bulk", bcfg, ak.bench_kernel("bulk", wt, copies, x, tokens, bcfg)))
+        for cfg in configs or [wave_config(out_f, ak.SMS)]:
+            y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
+            keep, fns = [], []
+            for (w, s, b) in copies:
+                run, k = launcher(cfg, wt, x, y, tokens, w, s, b)
+                keep.append(k)
+                fns.append(run)
+            rows.append(("wave", cfg, ak.time_launches(fns)))
+            if MAIN_ONLY:
+                for f in fns:
+                    f()
+                rows.append(("wave main", cfg, ak.time_launches([f.main for f in fns])))
+                rows.append(("wave prep", cfg, ak.time_launches([f.prep for f in fns])))
+                rows.append(("wave nopdl", cfg, ak.time_launches([f.plain for f in fns])))
+                rows.append(("prep nopdl", cfg, ak.time_launches([f.prep_plain for f in fns])))
+        after = ak.time_launches(torch_fns)
+        anchor = (before + after) / 2
+        for kind, cfg, ts in rows:
+            extra = " ".join(f"{k}={v}" for k, v in cfg.items() if k in ("NT", "WR", "WK", "NS", "NSB", "KS", "MT", "U"))
+            print(f"{in_f:6d}->{out_f:<6d} {tokens:4d} {anchor * 1e6:9.1f} | {kind:8s} {ts * 1e6:8.1f} "
+                  f"{anchor / ts:7.2f} {wt.nbytes() / ts / 1e12:6.2f}  {extra}", flush=True)
+        del copies, dense, wt
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("correctness", "bench"))
+    ap.add_argument("--configs", help="NT:WR:WK[:NS[:NSB]],... in place of the rule's")
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--main-only", action="store_true", help="also time the main kernel alone")
+    ap.add_argument("--sass", action="store_true", help="print the main kernel's SASS instruction mix")
+    ap.add_argument("--define", action="append", default=[], help="extra wave.cu macro K=V on every variant")
+    ap.add_argument("--xp-pdl", action="store_true", help="launch xprep with early start too")
+    args = ap.parse_args()
+    EXTRA.update({k: int(v) for k, v in (d.split("=") for d in args.define)})
+    global XP_PDL
+    XP_PDL = args.xp_pdl
+    global MAIN_ONLY
+    MAIN_ONLY = args.main_only
+    ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
+    configs = None
+    if args.configs:
+        configs = []
+        for c in args.configs.split(","):
+            v = [int(f) for f in c.split(":")]
+            cfg = dict(NT=v[0], WR=v[1], WK=v[2])
+            if len(v) > 3:
+                cfg["NS"] = v[3]
+            if len(v) > 4:
+                cfg["NSB"] = v[4]
+            configs.append(finish(cfg))
+    seen = set()
+    for out_f in sorted({o for _, o, *_ in CASES} | {o for _, o in ak.BENCH_SHAPES}):
+        for cfg in configs or [wave_config(out_f, ak.SMS)]:
+            key = ak.variant_key(WAVE_CU, cfg)
+            if key in seen:
+                continue
+            seen.add(key)
+            ak.compile_all([(WAVE_CU, cfg)])
+            art = ak._modules[key]["artifact"]
+            log = art.get("log", "")
+            regs = "; ".join(f"{f} {r} regs" for f, r in
+                             re.findall(r"Compiling entry function '(\w+)'[\s\S]*?Used (\d+) registers", log))
+            spills = re.findall(r"(\d+) bytes spill stores", log)
+            print(f"# {cfg}: {regs}; spill stores {spills}", flush=True)
+            if args.sass and "cubin" in art:
+                print("#   " + sass_mix(art["cubin"], "affine_wave"), flush=True)
+    ok = True
+    if args.only != "bench":
+        ok = run_correctness(configs)
+        print(f"# wave correctness: {'PASS' if ok else 'FAIL'}", flush=True)
+    if args.only != "correctness":
+        run_bench(configs, args.tokens)
+    print("PASS" if ok else "FAIL")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
