@@ -1271,7 +1271,7 @@ def target_mark(kind, in_f, out_f, t, sp, bw):
     if kind.startswith(("gemv", "stream", "bulk")) and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
         ok = sp >= 3.2 and bw >= 0.85 * PEAK_BW
         return f"{'MET ' if ok else 'MISS'} (>=3.2x and >=3.66 TB/s)"
-    if kind.startswith(("qmm", "stream", "wg", "bulk")):
+    if kind.startswith(("qmm", "stream", "wg", "bulk", "wave")):
         need = {16: 2.5, 256: 1.0, 4096: 0.8}.get(t)
         if need is not None:
             return f"{'MET ' if sp >= need else 'MISS'} (>={need}x)"
