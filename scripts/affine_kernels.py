@@ -1219,7 +1219,7 @@ def run_bench(quick: bool, sweep: bool):
                 rows.append(("wg", wg_choose(t, out_f, in_f=in_f, bits=bits), True))
             if wave_serves(t, in_f, out_f, bits, group):
                 import wave_kernel
-                rows.append(("wave", wave_kernel.wave_config(out_f, SMS), True))
+                rows.append(("wave", wave_kernel.wave_config(out_f, SMS, in_f), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
@@ -1258,7 +1258,7 @@ def wave_serves(tokens: int, in_f: int, out_f: int, bits: int, group: int) -> bo
     if not (9 <= tokens <= 16 and bits == 4 and group == 64 and in_f % 512 == 0 and out_f % 8 == 0):
         return False
     import wave_kernel
-    cfg = wave_kernel.wave_config(out_f, SMS)
+    cfg = wave_kernel.wave_config(out_f, SMS, in_f)
     return 8 * cfg["NT"] * cfg["WR"] >= 64
 
 

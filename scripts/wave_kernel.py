@@ -33,16 +33,25 @@ def line_bytes(r: int) -> int:
     return -(-(r * 128 + XLINE) // 1024) * 1024
 
 
-def wave_config(out_f: int, sms: int) -> dict:
-    """chooseWave in plugins/qmm/wave.go. Rows per block: out/SMs rounded
-    up to 8 (about one wave), at most 256; WR row groups (a power of two) of
+def wave_config(out_f: int, sms: int, in_f: int = 0) -> dict:
+    """chooseWave in plugins/qmm/wave.go. Rows per block: out/SMs rounded up
+    to 8, at most 256; below 64 rows, KS (2, 4 or 8) blocks, a thread-block
+    cluster that splits the lines, take out/(SMs/KS) rows, while in_f
+    divides into their pairs of lines; WR row groups (a power of two) of
     NT <= 8 n-tiles; 8 consumer warps; as many line slots as fit."""
-    n8 = min(-(-out_f // (8 * sms)), 32)   # a tensor-map box holds at most 256 rows
+    tiles = lambda ks: min(-(-out_f // (8 * max(sms // ks, 1))), 32)   # a tensor-map box holds at most 256 rows
+    ks = 1
+    while 8 * tiles(ks) < 64 and ks < 8 and in_f and in_f % (512 * 2 * ks) == 0:
+        ks *= 2
+    n8 = tiles(ks)
     wr = 1
     while -(-n8 // wr) > 8:
         wr *= 2
     nt = -(-n8 // wr)
-    return finish(dict(NT=nt, WR=wr, WK=max(1, 8 // wr)))
+    cfg = dict(NT=nt, WR=wr, WK=max(1, 8 // wr))
+    if ks > 1:
+        cfg["KS"] = ks
+    return finish(cfg)
 
 
 EXTRA = {}   # --define: macros every variant takes (XPL: lines per xprep block, the harness's)
@@ -85,7 +94,7 @@ def launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None, pdl=True):
     bias = p(wt.bias) if wt.bias is not None else np.uint64(0)
     xa = [p(x), p(ws), np.int32(tokens), np.int32(wt.in_f)]
     margs = [m.map for m in maps] + [p(ws), bias, p(y), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f)]
-    grid = (-(-wt.out_f // r), 1, 1)
+    grid = (-(-wt.out_f // r) * cfg.get("KS", 1), 1, 1)
     block = (32 * (cfg["WR"] * cfg["WK"] + 1), 1, 1)
 
     def run():
@@ -117,7 +126,7 @@ CASES = [   # (in, out, tokens, bias, x scale)
     (4096, 4096, 16, False, 1.0), (8192, 28672, 16, False, 1.0), (28672, 8192, 16, True, 1.0),
     (4096, 14336, 9, True, 1.0), (14336, 4096, 13, False, 1.0), (5120, 13824, 16, True, 1.0),
     (2048, 1032, 11, True, 1.0), (1024, 264, 16, False, 2.0 ** 17), (512, 8, 10, True, 2.0 ** -20),
-    (3072, 8200, 15, False, 1.0),
+    (3072, 8200, 15, False, 1.0), (4096, 2056, 12, True, 2.0 ** 17), (8192, 1024, 16, False, 1.0),
 ]
 
 
@@ -146,7 +155,7 @@ def run_correctness(configs) -> bool:
         x[0] *= 1e-3
         x = x.to(torch.bfloat16)
         ref = wt.reference(x)
-        for cfg in configs or [wave_config(out_f, ak.SMS)]:
+        for cfg in configs or [wave_config(out_f, ak.SMS, in_f)]:
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")   # bf16 NaN
             run, keep = launcher(cfg, wt, x, y, t)
             run()
@@ -181,7 +190,7 @@ def run_bench(configs, tokens: int):
         bcfg = ak.bulk_config(4, 64, tokens, in_f, out_f)
         if bcfg:
             rows.append(("bulk", bcfg, ak.bench_kernel("bulk", wt, copies, x, tokens, bcfg)))
-        for cfg in configs or [wave_config(out_f, ak.SMS)]:
+        for cfg in configs or [wave_config(out_f, ak.SMS, in_f)]:
             y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
             keep, fns = [], []
             for (w, s, b) in copies:
@@ -209,7 +218,7 @@ def run_bench(configs, tokens: int):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=("correctness", "bench"))
-    ap.add_argument("--configs", help="NT:WR:WK[:NS[:NSB]],... in place of the rule's")
+    ap.add_argument("--configs", help="NT:WR:WK[:NS[:NSB[:KS]]],... in place of the rule's (NS 0: as many as fit)")
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--main-only", action="store_true", help="also time the main kernel alone")
     ap.add_argument("--sass", action="store_true", help="print the main kernel's SASS instruction mix")
@@ -228,14 +237,16 @@ def main():
         for c in args.configs.split(","):
             v = [int(f) for f in c.split(":")]
             cfg = dict(NT=v[0], WR=v[1], WK=v[2])
-            if len(v) > 3:
+            if len(v) > 3 and v[3]:
                 cfg["NS"] = v[3]
-            if len(v) > 4:
+            if len(v) > 4 and v[4]:
                 cfg["NSB"] = v[4]
+            if len(v) > 5 and v[5] > 1:
+                cfg["KS"] = v[5]
             configs.append(finish(cfg))
     seen = set()
-    for out_f in sorted({o for _, o, *_ in CASES} | {o for _, o in ak.BENCH_SHAPES}):
-        for cfg in configs or [wave_config(out_f, ak.SMS)]:
+    for in_f, out_f in sorted({(i, o) for i, o, *_ in CASES} | set(ak.BENCH_SHAPES)):
+        for cfg in configs or [wave_config(out_f, ak.SMS, in_f)]:
             key = ak.variant_key(WAVE_CU, cfg)
             if key in seen:
                 continue

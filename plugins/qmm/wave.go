@@ -34,13 +34,19 @@ const (
 	// 16 mma steps of A fragments, the group sums' fragments, 16 scales.
 	waveXLineBytes = 17*512 + 64
 	// waveMaxRows is the most rows a block takes (a tensor-map box's
-	// limit); waveMinRows the fewest it is offered with: below, a block's
-	// x stream outweighs its weights and qmm/bulk was faster (4096 outputs
-	// at 16 tokens: bench/NOTES.md, seventeenth session).
+	// limit); waveMinRows the fewest: below, a block's x stream outweighs
+	// its weights (32-row blocks at 4096 outputs lost to qmm/bulk and
+	// qmm/stream at 16 tokens, bench/NOTES.md, seventeenth session), so
+	// there the rows of several blocks go to a cluster that splits the
+	// lines.
 	waveMaxRows, waveMinRows = 256, 64
 	// waveWarps is the consumer warps of a block; waveMaxLineSlots caps
 	// its ring of lines.
 	waveWarps, waveMaxLineSlots = 8, 16
+	// waveMaxCluster is the most blocks of a thread-block cluster that
+	// share a block's rows, each over a part of the lines (a portable
+	// cluster size).
+	waveMaxCluster = 8
 	// waveMaxShared is the shared memory a block may take: the H200's
 	// 227 KiB less room for an affine_wave_xprep block (8.5 KiB) beside it.
 	waveMaxShared = 217 << 10
@@ -52,7 +58,8 @@ const (
 // tokens as M and the weights dequantised to fp16 (s*q, one rounding) in
 // registers, x scaled per token and line by a power of two into fp16. It
 // serves 9 to 16 tokens of 4-bit weights in groups of 64 where a block
-// holds at least waveMinRows rows; the host times it against qmm/bulk and
+// holds at least waveMinRows rows (with clusters that split the inputs
+// where the outputs are few); the host times it against qmm/bulk and
 // qmm/stream.
 type qmmWave struct{}
 
@@ -106,8 +113,8 @@ func waveAdmit(req sdk.Request, hw device.Profile) (waveConfig, string) {
 		return waveConfig{}, fmt.Sprintf("two lines of %d rows do not fit %d bytes of shared memory", cfg.rows(), maxShared)
 	}
 	if cfg.rows() < waveMinRows {
-		return waveConfig{}, fmt.Sprintf("out_features=%d gives blocks of %d rows on %d multiprocessors, fewer than %d (their x would outweigh their weights)",
-			req.OutFeatures, cfg.rows(), hw.Multiprocessors, waveMinRows)
+		return waveConfig{}, fmt.Sprintf("out_features=%d gives blocks of %d rows on %d multiprocessors, fewer than %d (their x would outweigh their weights), and in_features=%d does not split into the pairs of lines of a cluster of %d blocks",
+			req.OutFeatures, cfg.rows(), hw.Multiprocessors, waveMinRows, req.InFeatures, waveMaxCluster)
 	}
 	return cfg, ""
 }
@@ -150,21 +157,32 @@ type waveConfig struct {
 	WK  int // consumer warps per row group, each taking every WK-th line
 	NS  int // line slots in the ring
 	NSB int // scale and bias slots, each serving two lines
+	KS  int // blocks of a cluster sharing rows, each over 1/KS of the lines (1: no cluster)
 }
 
 // chooseWave picks the variant for req on a GPU with sms multiprocessors
-// and maxShared bytes of shared memory per block: rows per block out/sms
-// rounded up to 8 (about one wave of blocks), at most waveMaxRows; WR row
-// groups (a power of two) of at most 8 n-tiles; waveWarps consumer warps;
-// as many line slots as fit, and half as many scale slots plus one. It
-// reports false when not even two line slots fit.
+// and maxShared bytes of shared memory per block: rows per multiprocessor
+// out/sms rounded up to 8 (about one wave of blocks), at most waveMaxRows;
+// where that is under waveMinRows, a cluster of KS blocks (2, 4 or 8) takes
+// KS times the rows, each block a part of the lines, while the inputs
+// split into pairs of lines; WR row groups (a power of two) of at most 8
+// n-tiles; waveWarps consumer warps; as many line slots as fit, and half as
+// many scale slots plus one. It reports false when not even two line
+// slots fit.
 func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
-	n8 := min(ceilDiv(req.OutFeatures, 8*max(sms, 1)), waveMaxRows/8)
+	// n-tiles of a cluster of ks blocks: the outputs over sms/ks clusters,
+	// so that no more than sms blocks run
+	tiles := func(ks int) int { return min(ceilDiv(req.OutFeatures, 8*max(sms/ks, 1)), waveMaxRows/8) }
+	ks := 1
+	for 8*tiles(ks) < waveMinRows && ks < waveMaxCluster && req.InFeatures%(2*waveLine*2*ks) == 0 {
+		ks *= 2
+	}
+	n8 := tiles(ks)
 	wr := 1
 	for ceilDiv(n8, wr) > 8 {
 		wr *= 2
 	}
-	c := waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), NS: 2, NSB: 2}
+	c := waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), NS: 2, NSB: 2, KS: ks}
 	if c.sharedBytes() > maxShared {
 		return c, false
 	}
@@ -201,7 +219,11 @@ func (c waveConfig) workspaceBytes(req sdk.Request) int64 {
 
 // variant is the kernel variant to compile.
 func (c waveConfig) variant() gpukernel.Variant {
-	return gpukernel.Variant{Entry: waveEntry, Defines: map[string]int{"NT": c.NT, "WR": c.WR, "WK": c.WK, "NS": c.NS, "NSB": c.NSB}}
+	defines := map[string]int{"NT": c.NT, "WR": c.WR, "WK": c.WK, "NS": c.NS, "NSB": c.NSB}
+	if c.KS > 1 {
+		defines["KS"] = c.KS
+	}
+	return gpukernel.Variant{Entry: waveEntry, Defines: defines}
 }
 
 // waveLaunches are the launches of one call, in stream order.
@@ -227,7 +249,7 @@ func (c waveConfig) launches(req sdk.Request) waveLaunches {
 			Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
 		},
 		main: gpukernel.Launch{
-			Grid: [3]uint32{uint32(ceilDiv(req.OutFeatures, c.rows())), 1, 1}, Block: [3]uint32{uint32(32 * (c.WR*c.WK + 1)), 1, 1},
+			Grid: [3]uint32{uint32(ceilDiv(req.OutFeatures, c.rows()) * c.KS), 1, 1}, Block: [3]uint32{uint32(32 * (c.WR*c.WK + 1)), 1, 1},
 			SharedBytes: uint32(c.sharedBytes()), Programmatic: true,
 			Params: []sdk.Param{
 				sdk.TensorMapParam(affine.Weight, weights), sdk.TensorMapParam(affine.Scales, scales), sdk.TensorMapParam(affine.Biases, scales),
@@ -253,5 +275,9 @@ func (c waveConfig) tensorMaps(req sdk.Request) (weights, scales cuda.TensorMapD
 
 // describe names the variant for logs and admission reasons.
 func (c waveConfig) describe() string {
-	return fmt.Sprintf("wave rows=%d NT=%d WR=%d WK=%d NS=%d NSB=%d", c.rows(), c.NT, c.WR, c.WK, c.NS, c.NSB)
+	cluster := ""
+	if c.KS > 1 {
+		cluster = fmt.Sprintf(" in clusters of %d over the inputs", c.KS)
+	}
+	return fmt.Sprintf("wave rows=%d NT=%d WR=%d WK=%d NS=%d NSB=%d%s", c.rows(), c.NT, c.WR, c.WK, c.NS, c.NSB, cluster)
 }

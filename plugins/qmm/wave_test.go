@@ -23,6 +23,9 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 		{int4Request(16, 28672, 8192), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6"},
 		{int4Request(9, 4096, 14336), "rows=112 NT=7 WR=2 WK=4 NS=8 NSB=5"},
 		{int4Request(13, 1024, 65536), "rows=256 NT=8 WR=4 WK=2"},
+		{int4Request(16, 4096, 4096), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6 in clusters of 2 over the inputs"},
+		{int4Request(16, 14336, 4096), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6 in clusters of 2"},
+		{int4Request(12, 4096, 2056), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6 in clusters of 4"},
 	} {
 		adm := qmmWave{}.Admit(c.req, hopper())
 		assert.True(t, adm.Admitted, "%s: %s", c.req.Key(), adm.Reason)
@@ -42,7 +45,7 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 		{"8 bits", plugintest.AffineRequest(16, 4096, 14336, 8, 64, false), hopper(), "not bits=8 group_size=64"},
 		{"groups of 128", plugintest.AffineRequest(16, 4096, 14336, 4, 128, false), hopper(), "not bits=4 group_size=128"},
 		{"odd inputs", int4Request(16, 2880, 14336), hopper(), "in_features=2880 is not a multiple of 512"},
-		{"few rows", int4Request(16, 14336, 4096), hopper(), "blocks of 32 rows on 132 multiprocessors, fewer than 64"},
+		{"few rows", int4Request(16, 2560, 4096), hopper(), "blocks of 32 rows on 132 multiprocessors, fewer than 64 (their x would outweigh their weights), and in_features=2560 does not split"},
 		{"little shared memory", int4Request(16, 4096, 14336),
 			device.Profile{Kind: device.CUDA, ComputeCapability: "9.0", Multiprocessors: 132, Limits: device.Limits{MaxSharedPerBlock: 48 << 10}},
 			"do not fit 49152 bytes"},
@@ -80,11 +83,17 @@ func TestWaveVariantsMeetTheKernelsLimits(t *testing.T) {
 			assert.True(t, c.NS >= 2 && c.NS <= waveMaxLineSlots && c.NSB >= 1, name)
 			assert.LessOrEqual(t, c.WK*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the K warps' sums fit the ring", name)
 			assert.LessOrEqual(t, c.sharedBytes(), waveMaxShared, name)
+			assert.Zero(t, req.InFeatures%(2*waveLine*c.KS), "%s: each block of a cluster takes whole pairs of lines", name)
 			l := c.launches(req)
 			blocks := int(l.main.Grid[0])
-			assert.True(t, blocks*c.rows() >= out && (blocks-1)*c.rows() < out, "%s: %d blocks", name, blocks)
+			require.Zero(t, blocks%c.KS, name)
+			rowBlocks := blocks / c.KS
+			assert.True(t, rowBlocks*c.rows() >= out && (rowBlocks-1)*c.rows() < out, "%s: %d blocks", name, blocks)
 			if c.rows() < waveMaxRows {
 				assert.LessOrEqual(t, blocks, sms, "%s: one wave", name)
+			}
+			if c.KS > 1 {
+				assert.LessOrEqual(t, (c.WK+1)*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the sums and the cluster's share fit the ring", name)
 			}
 		}
 	}

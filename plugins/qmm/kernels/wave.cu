@@ -6,13 +6,17 @@
 //
 // Status (bench/NOTES.md, seventeenth session, H200, 16 tokens): 8192->28672
 // 44.3 us (2.48x torch's bf16 matmul; qmm/bulk 56.4), 28672->8192 50.4
-// (2.31x; 58.1), 4096->14336 16.7 (1.85x; 19.3). Where a block would hold
-// fewer than 64 rows (4096 outputs), its x stream outweighs its weights and
-// qmm/bulk is faster: the plugin does not offer it there.
+// (2.31x; 58.1), 4096->14336 16.7 (1.85x; 19.3). Blocks of 32 rows (4096
+// outputs) stream more x than weights and lost to qmm/bulk; in clusters of
+// two 64-row blocks over halves of the inputs, 14336->4096 takes 19.1
+// (1.67x; qmm/bulk 20.4) and 4096^2 10.9 (qmm/stream 8.2 is faster).
 //
 // Design: one block per R output rows and all of K (R = rows / SMs rounded
 // up to 8, at most 256: about one wave, and no partial sums leave the
-// block).
+// block). Where that would be under 64 rows (few outputs), a thread-block
+// cluster of KS blocks takes KS times the rows and each block 1/KS of the
+// lines; the blocks add their sums in distributed shared memory and rank 0
+// writes y.
 // A producer warp streams "lines" (256 inputs of each of the R rows: one
 // 128-byte swizzled tensor-map box, with the line's prepared x) into a ring
 // of NS slots, and each pair of lines' scales and biases (8 groups: a box
@@ -36,14 +40,16 @@
 // kernel ahead, which releases its dependents after its loop):
 //   affine_wave_xprep(x, ws, tokens, in)   any grid (in/256 or fewer), block 256
 //   affine_wave(wmap, smap, bmap, ws, bias, y, tokens, in, out)
-//       grid ceil(out/R), block 32*(CW+1), dynamic shared memory SMEM_BYTES
+//       grid ceil(out/R) * KS (cluster dimension KS, compiled in), block
+//       32*(CW+1), dynamic shared memory SMEM_BYTES
 // Workspace ws: in/256 lines of XLINE_BYTES: 16 steps x 32 lanes x 16
 // bytes of A fragments, then the XS fragments (512 bytes), then the
 // line's 16 sigma (floats).
 // Tensor maps (cuTensorMapEncodeTiled, rank 2, innermost first):
 //   wmap  uint32 [out][in/8], box {32, R}, SWIZZLE_128B
 //   smap  bf16 [out][in/64], box {8, R}, no swizzle; bmap the biases, same
-// Needs 1 <= tokens <= 16, in % 512 == 0 (whole pairs of lines), out % 8 == 0.
+// Needs 1 <= tokens <= 16, in % (512 KS) == 0 (whole pairs of lines per
+// block), out % 8 == 0.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -64,6 +70,12 @@ typedef unsigned long long u64;
 #ifndef NSB
 #define NSB 3  // scale and bias slots (each serves two lines)
 #endif
+#ifndef KS
+#define KS 1   // blocks of a thread-block cluster that share a block's rows, each over 1/KS of the lines
+#endif
+#if KS != 1 && KS != 2 && KS != 4 && KS != 8
+#error "KS must be 1, 2, 4 or 8 (a portable cluster)"
+#endif
 #define R (8 * NT * WR)                         // rows per block
 #define CW (WR * WK)                            // consumer warps
 #define THREADS (32 * (CW + 1))
@@ -76,7 +88,8 @@ typedef unsigned long long u64;
 #if R > 256
 #error "a tensor-map box holds at most 256 rows"
 #endif
-#if RED_BYTES > NS * LINE_BYTES
+#define SHARE_BYTES (KS > 1 ? 16 * R * 4 : 0)  // a cluster block's sums [16 tokens][R], read by rank 0
+#if RED_BYTES + SHARE_BYTES > NS * LINE_BYTES
 #error "the sums must fit in the ring"
 #endif
 #if NS < 2 || NSB < 1
@@ -149,6 +162,24 @@ KC_DEV void kc_mma(float (&c)[4], const uint4& a, u32 b0, u32 b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+// Thread-block clusters (sm_90): a barrier over every thread of the
+// cluster, ordering shared memory writes before it against reads after it
+// (every warp of each block calls it, the producer too); the address of a
+// shared variable in block `rank` of the cluster; a load from such an
+// address.
+KC_DEV void kc_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+KC_DEV u32 kc_cluster_addr(u32 saddr, int rank) {
+    u32 d;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(d) : "r"(saddr), "r"(rank));
+    return d;
+}
+KC_DEV float kc_ld_cluster(u32 addr) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
 }
 KC_DEV uint4 kc_lds128(u32 addr) {
     uint4 v;
@@ -257,6 +288,9 @@ affine_wave_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int
 
 // ---------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if KS > 1
+__cluster_dims__(KS, 1, 1)
+#endif
 affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tmap smap,
            const __grid_constant__ kc_tmap bmap, unsigned char* __restrict__ ws, const u16* __restrict__ bias,
            u16* __restrict__ y, int tokens, int in_features, int out_features)
@@ -268,9 +302,13 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     const u32 sbbase = sbase + NS * LINE_BYTES;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int gid = lane >> 2, tig = lane & 3;
-    const int row0 = blockIdx.x * R;
-    const int lines = in_features / 256;
-    const unsigned char* xlines = ws;
+    // With KS > 1 the KS blocks of a cluster share rows row0.. and each
+    // takes an even run of the lines (in_features % (512 KS) == 0).
+    const int rank = (int)blockIdx.x % KS;
+    const int row0 = (int)blockIdx.x / KS * R;
+    const int lines = in_features / 256 / KS;   // this block's, from line L0 on
+    const int L0 = rank * lines;
+    const unsigned char* xlines = ws + (long long)L0 * XLINE_BYTES;
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < NS; ++i) {
@@ -287,22 +325,23 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 
     if (warp == CW) {   // producer
         if (lane == 0) {
-            // Line L: its weights and x into slot L % NS; with an even L, the
-            // scales and biases of lines L and L + 1 into slot (L / 2) % NSB.
+            // The block's line L (L0 + L of the row): its weights and x into
+            // slot L % NS; with an even L, the scales and biases of lines L
+            // and L + 1 into slot (L / 2) % NSB.
             auto issue_sb = [&](int L) {
                 const int u = L >> 1, slot = u % NSB;
                 if (u >= NSB) kc_bar_wait(kc_smem(&sempty[slot]), ((u / NSB) - 1) & 1);
                 const u32 bar = kc_smem(&sfull[slot]), dst = sbbase + slot * 2 * SB_BYTES;
                 kc_bar_expect(bar, 2 * SB_BYTES);
-                kc_tma2d(dst, &smap, u * 8, row0, bar);
-                kc_tma2d(dst + SB_BYTES, &bmap, u * 8, row0, bar);
+                kc_tma2d(dst, &smap, (L0 / 2 + u) * 8, row0, bar);
+                kc_tma2d(dst + SB_BYTES, &bmap, (L0 / 2 + u) * 8, row0, bar);
             };
             auto issue_w = [&](int L) {
                 const int slot = L % NS;
                 if (L >= NS) kc_bar_wait(kc_smem(&empty[slot]), ((L / NS) - 1) & 1);
                 const u32 bar = kc_smem(&full[slot]);
                 kc_bar_expect(bar, WLINE_BYTES + XLINE_BYTES);
-                kc_tma2d(sbase + slot * LINE_BYTES, &wmap, L * 32, row0, bar);
+                kc_tma2d(sbase + slot * LINE_BYTES, &wmap, (L0 + L) * 32, row0, bar);
             };
             auto issue_x = [&](int L) {
                 const int slot = L % NS;
@@ -324,6 +363,11 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 issue_x(L);
             }
         }
+        __syncwarp();
+#if KS > 1
+        kc_cluster_sync();   // the two cluster barriers of the epilogue (below), without relying
+        kc_cluster_sync();   // on exited threads counting as arrived
+#endif
         return;
     }
 
@@ -420,6 +464,33 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     }
     asm volatile("bar.sync 1, %0;" :: "n"(CW * 32) : "memory");
     kc_grid_wait();   // long done (the producer waited before x); orders y after the kernels ahead
+#if KS > 1
+    // Each block of the cluster sums its K warps into its share; rank 0
+    // adds the others' (distributed shared memory) and writes y. The
+    // second barrier keeps every share alive until rank 0 has read it.
+    float* share = red + WK * 16 * R;
+    for (int idx = threadIdx.x; idx < 16 * R; idx += CW * 32) {
+        float v = 0.f;
+#pragma unroll
+        for (int k2 = 0; k2 < WK; ++k2) v += red[k2 * 16 * R + idx];
+        share[idx] = v;
+    }
+    kc_cluster_sync();
+    if (rank == 0) {
+        for (int idx = threadIdx.x; idx < 16 * R; idx += CW * 32) {
+            const int t = idx / R, oo = idx - t * R, o = row0 + oo;
+            if (t >= tokens || o >= out_features) continue;
+            float v = share[idx];
+#pragma unroll
+            for (int q = 1; q < KS; ++q) v += kc_ld_cluster(kc_cluster_addr(kc_smem(share + idx), q));
+            if (bias != nullptr) v += kc_bf16(bias[o]);
+            u16 h;
+            asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
+            y[(long long)t * out_features + o] = h;
+        }
+    }
+    kc_cluster_sync();
+#else
     for (int idx = threadIdx.x; idx < 16 * R; idx += CW * 32) {
         const int t = idx / R, oo = idx - t * R, o = row0 + oo;
         if (t >= tokens || o >= out_features) continue;
@@ -431,4 +502,5 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
         y[(long long)t * out_features + o] = h;
     }
+#endif
 }
