@@ -222,3 +222,17 @@ func TestPluginsSeeOnlyTheirCallsBuffers(t *testing.T) {
 	require.NoError(t, affine.Check(readY(t, forced, io), affine.Reference(req, sample.Weights, sample.Inputs[affine.X])))
 	assert.Equal(t, "spy", exe.Plan().Candidate, "the spy served the run, so it saw no foreign buffer")
 }
+
+// TestRunAfterCloseIsAnError: a closed executable refuses to run, naming
+// itself, rather than launching on freed memory.
+func TestRunAfterCloseIsAnError(t *testing.T) {
+	h := newHostConfig(t, "qmm", "gemv").open(t)
+	req := affineRequest(1, 512, 96, 4, 64)
+	exe, sample := bindSample(t, h, req, 7)
+	io := ioBuffers(t, h, req, sample)
+	require.NoError(t, exe.Run(context.Background(), nil, io))
+	require.NoError(t, exe.Close())
+	err := exe.Run(context.Background(), nil, io)
+	assertFieldError(t, err, "executable", exe.Plan().Candidate)
+	assert.Contains(t, err.Error(), "closed")
+}

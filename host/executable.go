@@ -92,10 +92,14 @@ func (e *Executable) Plan() *Plan {
 // On the exported path each stream gets its own copy of the candidate's
 // scratch workspace (when it has one) at its first run, kept until Close,
 // so runs on different streams may overlap. One executable runs on up to 8
-// streams; a ninth is refused with an error naming it. A graph captured
-// from a stream uses that stream's workspace: replay it in order with the
-// stream's other runs of the executable. The remote path runs the plugin's
-// work in order. Close waits for the streams' work before it frees.
+// streams; a ninth is refused with an error naming it. A stream's
+// workspace lives until Close, so bind one executable per long-lived
+// stream rather than a stream per call. A stream's first run allocates:
+// make it before capturing the stream into a graph, or capture in
+// cuda.CaptureRelaxed mode (the strict modes forbid allocation). A graph
+// captured from a stream uses that stream's workspace: replay it in order
+// with the stream's other runs of the executable. The remote path runs the
+// plugin's work in order. A run after Close is an error.
 //
 // When a candidate fails on the remote path (after its plugin was
 // restarted and the call retried), the request is re-planned to the
@@ -103,8 +107,11 @@ func (e *Executable) Plan() *Plan {
 // the caller gets a correct result or an error, never a wrong output.
 func (e *Executable) Run(ctx context.Context, stream device.Stream, io map[string]device.Buffer) error {
 	e.mu.Lock()
-	ex, prep, plan := e.exported, e.prep, e.plan
+	ex, prep, plan, closed := e.exported, e.prep, e.plan, e.closed
 	e.mu.Unlock()
+	if closed {
+		return errdefs.Invalid("executable", plan.Candidate, "closed")
+	}
 	if ex != nil {
 		return ex.run(stream, io)
 	}
@@ -159,7 +166,9 @@ func runRemote(ctx context.Context, prep *prepared, stream device.Stream, io map
 	return err
 }
 
-// Close releases the prepared candidate.
+// Close releases the prepared candidate and frees the workspaces of the
+// streams it ran on, after waiting for each stream's work; runs still
+// being enqueued on other goroutines finish enqueueing first.
 func (e *Executable) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -221,14 +221,18 @@ func (p *cudaPlan) bindStreamScratch(s *cuda.Stream, io map[string]device.Buffer
 	if err != nil || buf == nil {
 		return err
 	}
-	return p.bindings.replace(p.scratchSlot, buf)
+	return p.bindings.replace(p.scratchSlot, buf, "stream workspace")
 }
 
-// close frees the workspaces of streams other than the first.
+// close frees the workspaces of streams other than the first once their
+// work is done. It waits for a run being enqueued (the plan's lock), so no
+// launch binds a workspace after it is freed.
 func (p *cudaPlan) close() error {
 	if p.scratch == nil {
 		return nil
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return p.scratch.close()
 }
 

@@ -22,8 +22,9 @@ const maxScratchStreams = 8
 // scratch memory; runs on two streams may overlap on the GPU, and two
 // kernels writing the same workspace at once would give wrong outputs.
 // The workspace a stream gets is allocated at its first run (memory the
-// size of the candidate's workspace, per stream) and freed by close. Safe
-// for concurrent use.
+// size of the candidate's workspace, per stream) and freed by close, also
+// when the stream was destroyed before: a graph captured from it may still
+// be replayed. Safe for concurrent use.
 type streamScratch struct {
 	size  int64
 	alloc func(size int64) (device.Buffer, error)
@@ -42,12 +43,13 @@ func newStreamScratch(dev *cuda.Device, size int64) *streamScratch {
 	return &streamScratch{size: size, alloc: dev.Alloc, free: dev.Free, drain: drainStream}
 }
 
-// drainStream waits for s's work; a stream the caller has destroyed since
-// has none left to wait for.
+// drainStream waits for s's work. A stream the caller has destroyed since
+// may still have work running (cuStreamDestroy does not wait for it), so
+// then the whole context is waited for.
 func drainStream(s *cuda.Stream) error {
 	err := s.Synchronize()
 	if errors.Is(err, cuda.ErrClosed) {
-		return nil
+		return s.Context().Synchronize()
 	}
 	return err
 }

@@ -37,14 +37,15 @@ def wave_config(out_f: int, sms: int, in_f: int = 0) -> dict:
     """chooseWave in plugins/qmm/wave.go. Rows per block: out/SMs rounded up
     to 8, at most 256; below 64 rows, KS (2, 4 or 8) blocks, a thread-block
     cluster that splits the lines, take out/(SMs/KS) rows, while in_f
-    divides into their pairs of lines; WR row groups (a power of two) of
-    NT <= 8 n-tiles; 8 consumer warps; as many line slots as fit."""
+    divides into their pairs of lines; WR row groups (a power of two, at
+    least 2) of NT <= 8 n-tiles; 8 consumer warps; as many line slots as
+    fit."""
     tiles = lambda ks: min(-(-out_f // (8 * max(sms // ks, 1))), 32)   # a tensor-map box holds at most 256 rows
     ks = 1
     while 8 * tiles(ks) < 64 and ks < 8 and in_f and in_f % (512 * 2 * ks) == 0:
         ks *= 2
     n8 = tiles(ks)
-    wr = 1
+    wr = 2   # at least two row groups: at most 4 K warps, so the ring takes multiples of 4 line slots
     while -(-n8 // wr) > 8:
         wr *= 2
     nt = -(-n8 // wr)
@@ -59,15 +60,21 @@ XP_PDL = False   # --xp-pdl: xprep with early start too (the plugin launches it 
 
 
 def finish(cfg: dict) -> dict:
+    """The line and scale slots (chooseWave): NS a multiple of WK and 2 NSB
+    too (a warp's parity waits are sound only on slots whose every phase it
+    saw); the most line slots that fit, with NS/2 + 1 scale slots rounded up
+    to a multiple of WK/2, or NS/2."""
     cfg.update(EXTRA)
-    r = 8 * cfg["NT"] * cfg["WR"]
-    if "NS" not in cfg:
-        ns = 2
-        while ns < 16 and smem_bytes(dict(cfg, NS=ns + 1, NSB=(ns + 1) // 2 + 1)) <= MAX_SMEM:
-            ns += 1
-        cfg["NS"] = ns
-    cfg.setdefault("NSB", cfg["NS"] // 2 + 1)
-    return cfg
+    wk, step = cfg["WK"], max(1, cfg["WK"] // 2)
+    if "NS" in cfg:
+        cfg.setdefault("NSB", -(-(cfg["NS"] // 2 + 1) // step) * step)
+        return cfg
+    for ns in range(16 // wk * wk, max(2, wk) - 1, -wk):
+        for nsb in (-(-(ns // 2 + 1) // step) * step, -(-max(ns // 2, 1) // step) * step):
+            if smem_bytes(dict(cfg, NS=ns, NSB=nsb)) <= MAX_SMEM:
+                cfg["NS"], cfg["NSB"] = ns, nsb
+                return cfg
+    raise ValueError(f"no ring fits: {cfg}")
 
 
 def smem_bytes(cfg: dict) -> int:
@@ -122,11 +129,13 @@ def launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None, pdl=True):
     return run, (maps, ws)
 
 
-CASES = [   # (in, out, tokens, bias, x scale)
+CASES = [   # (in, out, tokens, bias, x scale[, weight scale: scales and biases times it])
     (4096, 4096, 16, False, 1.0), (8192, 28672, 16, False, 1.0), (28672, 8192, 16, True, 1.0),
     (4096, 14336, 9, True, 1.0), (14336, 4096, 13, False, 1.0), (5120, 13824, 16, True, 1.0),
     (2048, 1032, 11, True, 1.0), (1024, 264, 16, False, 2.0 ** 17), (512, 8, 10, True, 2.0 ** -20),
     (3072, 8200, 15, False, 1.0), (4096, 2056, 12, True, 2.0 ** 17), (8192, 1024, 16, False, 1.0),
+    # scales of 3e-5 to 1e-4 (fp16 subnormals in part), checked against a tolerance scaled alike
+    (4096, 8192, 16, False, 1.0, 2.0 ** -11),
 ]
 
 
@@ -148,8 +157,14 @@ def sass_mix(cubin, function: str) -> str:
 
 def run_correctness(configs) -> bool:
     ok_all = True
-    for in_f, out_f, t, bias, xs in CASES:
-        wt = ak.Weights(4, 64, in_f, out_f, bias, seed=in_f * 31 + out_f + t)
+    for in_f, out_f, t, bias, xs, *rest in CASES:
+        ws_ = rest[0] if rest else 1.0
+        wt = ak.Weights(4, 64, in_f, out_f, bias and ws_ == 1.0, seed=in_f * 31 + out_f + t)
+        if ws_ != 1.0:
+            wt.scales = (wt.scales.float() * ws_).to(torch.bfloat16)
+            wt.biases = (wt.biases.float() * ws_).to(torch.bfloat16)
+            sd = wt.scales.double().repeat_interleave(64, dim=1)
+            wt.dense = sd * wt.q.double() + wt.biases.double().repeat_interleave(64, dim=1)
         x = torch.rand((t, in_f), device="cuda") * 2 - 1
         x[1::2] *= xs   # odd tokens scaled (checked against a tolerance scaled alike)
         x[0] *= 1e-3
@@ -161,12 +176,12 @@ def run_correctness(configs) -> bool:
             run()
             run()   # back to back with early start
             torch.cuda.synchronize()
-            yb = y.view(torch.bfloat16)
-            ok, detail = ak.check(yb[0::2], ref[0::2])
-            ok_o, detail_o = ak.check(yb[1::2] / xs, ref[1::2] / xs)
+            yb = y.view(torch.bfloat16).double() / ws_
+            ok, detail = ak.check(yb[0::2], ref[0::2] / ws_)
+            ok_o, detail_o = ak.check(yb[1::2] / xs, ref[1::2] / (xs * ws_))
             ok, detail = ok and ok_o, f"even tokens {detail}; odd tokens /{xs:g}: {detail_o}"
             ok_all &= ok
-            print(f"{'ok  ' if ok else 'FAIL'} {in_f:6d}->{out_f:<6d} t{t:<3d} bias={int(bias)} x*{xs:g} {cfg}: {detail}",
+            print(f"{'ok  ' if ok else 'FAIL'} {in_f:6d}->{out_f:<6d} t{t:<3d} bias={int(bias)} x*{xs:g} w*{ws_:g} {cfg}: {detail}",
                   flush=True)
         del wt
         torch.cuda.empty_cache()

@@ -25,6 +25,9 @@ const (
 	waveXPrepEntry = "affine_wave_xprep" // x / sigma in fragment order, one block per line
 	// waveXPrepThreads is affine_wave_xprep's block.
 	waveXPrepThreads = 256
+	// waveMinTokens and waveMaxTokens are the tokens it serves: above
+	// decode, and at most one mma's 16 rows.
+	waveMinTokens, waveMaxTokens = affinegpu.BulkSplitTokens + 1, 16
 	// waveLine is the inputs of one line (one 128-byte box of packed
 	// weights a row); the kernel streams lines in pairs (a pair's 8 groups
 	// of scales are one 16-byte box a row), so in_features is a multiple
@@ -83,7 +86,7 @@ func (qmmWave) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 		return sdk.Admission{Reason: why}
 	}
 	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("small batch (%d ≤ tokens=%d ≤ %d) of int4 g64 on sm_90, %s",
-		affinegpu.BulkSplitTokens+1, req.Tokens, affinegpu.BulkMaxTokens, cfg.describe())}
+		waveMinTokens, req.Tokens, waveMaxTokens, cfg.describe())}
 }
 
 // waveAdmit picks the variant for req on hw, or says why kernels/wave.cu
@@ -95,8 +98,8 @@ func waveAdmit(req sdk.Request, hw device.Profile) (waveConfig, string) {
 	if major := affinegpu.ComputeMajor(hw.ComputeCapability); major < 9 {
 		return waveConfig{}, fmt.Sprintf("tensor copies need compute capability 9.0 or newer, the GPU has %s", hw.ComputeCapability)
 	}
-	if req.Tokens <= affinegpu.BulkSplitTokens || req.Tokens > affinegpu.BulkMaxTokens {
-		return waveConfig{}, fmt.Sprintf("serves %d to %d tokens (one mma's 16 rows), not %d", affinegpu.BulkSplitTokens+1, affinegpu.BulkMaxTokens, req.Tokens)
+	if req.Tokens < waveMinTokens || req.Tokens > waveMaxTokens {
+		return waveConfig{}, fmt.Sprintf("serves %d to %d tokens (one mma's 16 rows), not %d", waveMinTokens, waveMaxTokens, req.Tokens)
 	}
 	if req.Weight.Bits != 4 || req.Weight.GroupSize != 64 {
 		return waveConfig{}, fmt.Sprintf("unpacks 4-bit weights in groups of 64, not bits=%d group_size=%d", req.Weight.Bits, req.Weight.GroupSize)
@@ -110,7 +113,7 @@ func waveAdmit(req sdk.Request, hw device.Profile) (waveConfig, string) {
 	}
 	cfg, ok := chooseWave(req, hw.Multiprocessors, maxShared)
 	if !ok {
-		return waveConfig{}, fmt.Sprintf("two lines of %d rows do not fit %d bytes of shared memory", cfg.rows(), maxShared)
+		return waveConfig{}, fmt.Sprintf("%d lines of %d rows (one per K warp) do not fit %d bytes of shared memory", max(2, cfg.WK), cfg.rows(), maxShared)
 	}
 	if cfg.rows() < waveMinRows {
 		return waveConfig{}, fmt.Sprintf("out_features=%d gives blocks of %d rows on %d multiprocessors, fewer than %d (their x would outweigh their weights), and in_features=%d does not split into the pairs of lines of a cluster of %d blocks",
@@ -132,21 +135,21 @@ func (qmmWave) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights 
 	if err != nil {
 		return nil, err
 	}
-	main, err := kernels.Get(dev, waveSource, cfg.variant())
+	product, err := kernels.Get(dev, waveSource, cfg.variant())
 	if err != nil {
 		return nil, err
 	}
-	prep, err := main.Sibling(waveXPrepEntry)
+	prep, err := product.Sibling(waveXPrepEntry)
 	if err != nil {
 		return nil, err
 	}
 	l := cfg.launches(req)
 	p, err := affinegpu.NewPreparedSteps(req, weights,
-		[]gpukernel.Step{{Kernel: prep, Launch: l.prep}, {Kernel: main, Launch: l.main}}, cfg.workspaceBytes(req))
+		[]gpukernel.Step{{Kernel: prep, Launch: l.prep}, {Kernel: product, Launch: l.main}}, cfg.workspaceBytes(req))
 	if err != nil {
 		return nil, err
 	}
-	env.Logger.Debug("prepared", "request", req.Key(), "kernel", p.Describe(), "variant", cfg.describe(), "nvrtc_cache_hit", main.CacheHit)
+	env.Logger.Debug("prepared", "request", req.Key(), "kernel", p.Describe(), "variant", cfg.describe(), "nvrtc_cache_hit", product.CacheHit)
 	return p, nil
 }
 
@@ -161,14 +164,15 @@ type waveConfig struct {
 }
 
 // chooseWave picks the variant for req on a GPU with sms multiprocessors
-// and maxShared bytes of shared memory per block: rows per multiprocessor
-// out/sms rounded up to 8 (about one wave of blocks), at most waveMaxRows;
+// and maxShared bytes of shared memory per block: n-tiles of 8 rows per
+// multiprocessor, out/(8 sms) rounded up (about one wave of blocks), at
+// most waveMaxRows/8, in WR row groups of NT (so rows round up to a
+// multiple of 8 WR);
 // where that is under waveMinRows, a cluster of KS blocks (2, 4 or 8) takes
 // KS times the rows, each block a part of the lines, while the inputs
-// split into pairs of lines; WR row groups (a power of two) of at most 8
-// n-tiles; waveWarps consumer warps; as many line slots as fit, and half as
-// many scale slots plus one. It reports false when not even two line
-// slots fit.
+// split into pairs of lines; WR a power of two from 2, NT at most 8; waveWarps
+// consumer warps; line and scale slots as below. It
+// reports false when not even WK line slots fit.
 func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 	// n-tiles of a cluster of ks blocks: the outputs over sms/ks clusters,
 	// so that no more than sms blocks run
@@ -178,24 +182,29 @@ func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 		ks *= 2
 	}
 	n8 := tiles(ks)
-	wr := 1
+	// At least two row groups: at most 4 K warps, so that the ring may take
+	// 12 line slots (a multiple of WK) where 8 would be all that WK 8
+	// allowed; 28672->8192 at 16 tokens in 64-row blocks: 47.6 us against
+	// 55.5 (bench/NOTES.md, seventeenth session).
+	wr := 2
 	for ceilDiv(n8, wr) > 8 {
 		wr *= 2
 	}
-	c := waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), NS: 2, NSB: 2, KS: ks}
-	if c.sharedBytes() > maxShared {
-		return c, false
-	}
-	for c.NS < waveMaxLineSlots {
-		next := c
-		next.NS++
-		next.NSB = next.NS/2 + 1
-		if next.sharedBytes() > maxShared {
-			break
+	c := waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), KS: ks}
+	// A warp waits on a slot by parity, sound only if it saw the slot's
+	// previous phase: each slot's lines must be one K warp's, so NS is a
+	// multiple of WK and 2*NSB too (wave.cu). The most line slots that fit,
+	// with half as many scale slots plus one, or half as many.
+	for ns := waveMaxLineSlots / c.WK * c.WK; ns >= max(2, c.WK); ns -= c.WK {
+		step := max(1, c.WK/2)
+		for _, nsb := range []int{ceilDiv(ns/2+1, step) * step, ceilDiv(max(ns/2, 1), step) * step} {
+			c.NS, c.NSB = ns, nsb
+			if c.sharedBytes() <= maxShared {
+				return c, true
+			}
 		}
-		c = next
 	}
-	return c, true
+	return c, false
 }
 
 // rows is the output rows of a block.

@@ -19,13 +19,13 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 		req  sdk.Request
 		want string
 	}{
-		{int4Request(16, 8192, 28672), "rows=224 NT=7 WR=4 WK=2 NS=5 NSB=3"},
-		{int4Request(16, 28672, 8192), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6"},
-		{int4Request(9, 4096, 14336), "rows=112 NT=7 WR=2 WK=4 NS=8 NSB=5"},
+		{int4Request(16, 8192, 28672), "rows=224 NT=7 WR=4 WK=2 NS=4 NSB=3"},
+		{int4Request(16, 28672, 8192), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6"},
+		{int4Request(9, 4096, 14336), "rows=112 NT=7 WR=2 WK=4 NS=8 NSB=6"},
 		{int4Request(13, 1024, 65536), "rows=256 NT=8 WR=4 WK=2"},
-		{int4Request(16, 4096, 4096), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6 in clusters of 2 over the inputs"},
-		{int4Request(16, 14336, 4096), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6 in clusters of 2"},
-		{int4Request(12, 4096, 2056), "rows=64 NT=8 WR=1 WK=8 NS=11 NSB=6 in clusters of 4"},
+		{int4Request(16, 4096, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2 over the inputs"},
+		{int4Request(16, 14336, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2"},
+		{int4Request(12, 4096, 2056), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 4"},
 	} {
 		adm := qmmWave{}.Admit(c.req, hopper())
 		assert.True(t, adm.Admitted, "%s: %s", c.req.Key(), adm.Reason)
@@ -48,7 +48,7 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 		{"few rows", int4Request(16, 2560, 4096), hopper(), "blocks of 32 rows on 132 multiprocessors, fewer than 64 (their x would outweigh their weights), and in_features=2560 does not split"},
 		{"little shared memory", int4Request(16, 4096, 14336),
 			device.Profile{Kind: device.CUDA, ComputeCapability: "9.0", Multiprocessors: 132, Limits: device.Limits{MaxSharedPerBlock: 48 << 10}},
-			"do not fit 49152 bytes"},
+			"4 lines of 112 rows (one per K warp) do not fit 49152 bytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adm := qmmWave{}.Admit(c.req, c.hw)
@@ -58,46 +58,63 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 	}
 }
 
-// TestWaveVariantsMeetTheKernelsLimits sweeps output sizes and GPU sizes:
-// every admitted variant must compile (wave.cu's #error checks: a box of at
-// most 256 rows, the K warps' sums within the ring), fit its shared memory
-// with room for a preparation block beside it, give each block whole
-// n-tiles, and cover the output with its grid.
+// TestWaveVariantsMeetTheKernelsLimits sweeps output sizes, GPU sizes and
+// shared-memory limits: every admitted variant must compile (wave.cu's
+// #error checks: a box of at most 256 rows, the K warps' sums within the
+// ring, each slot's lines one K warp's), fit its shared memory with room
+// for a preparation block beside it, give each block whole n-tiles, and
+// cover the output with its grid.
 func TestWaveVariantsMeetTheKernelsLimits(t *testing.T) {
 	admitted := 0
-	for _, sms := range []int{132, 114, 78, 16} {
-		for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
-			req := int4Request(16, 4096, out)
-			hw := hopper()
-			hw.Multiprocessors = sms
-			c, why := waveAdmit(req, hw)
-			if why != "" {
-				continue
-			}
-			admitted++
-			name := fmt.Sprintf("%d outputs on %d SMs: %s", out, sms, c.describe())
-			assert.GreaterOrEqual(t, c.rows(), waveMinRows, name)
-			assert.LessOrEqual(t, c.rows(), waveMaxRows, name)
-			assert.True(t, c.NT >= 1 && c.NT <= 8, name)
-			assert.Equal(t, waveWarps, c.WR*c.WK, name)
-			assert.True(t, c.NS >= 2 && c.NS <= waveMaxLineSlots && c.NSB >= 1, name)
-			assert.LessOrEqual(t, c.WK*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the K warps' sums fit the ring", name)
-			assert.LessOrEqual(t, c.sharedBytes(), waveMaxShared, name)
-			assert.Zero(t, req.InFeatures%(2*waveLine*c.KS), "%s: each block of a cluster takes whole pairs of lines", name)
-			l := c.launches(req)
-			blocks := int(l.main.Grid[0])
-			require.Zero(t, blocks%c.KS, name)
-			rowBlocks := blocks / c.KS
-			assert.True(t, rowBlocks*c.rows() >= out && (rowBlocks-1)*c.rows() < out, "%s: %d blocks", name, blocks)
-			if c.rows() < waveMaxRows {
-				assert.LessOrEqual(t, blocks, sms, "%s: one wave", name)
-			}
-			if c.KS > 1 {
-				assert.LessOrEqual(t, (c.WK+1)*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the sums and the cluster's share fit the ring", name)
+	for _, limit := range []int{0, 99 << 10} {
+		for _, sms := range []int{132, 114, 78, 16} {
+			for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
+				admitted += checkWaveVariant(t, sms, limit, out)
 			}
 		}
 	}
 	assert.Greater(t, admitted, 50)
+}
+
+// checkWaveVariant checks the variant for 16 tokens of 4096 inputs and out
+// outputs on sms multiprocessors with limit bytes of shared memory a block
+// (0: the H200's); it returns 1 when the request is admitted.
+func checkWaveVariant(t *testing.T, sms, limit, out int) int {
+	t.Helper()
+	req := int4Request(16, 4096, out)
+	hw := hopper()
+	hw.Multiprocessors = sms
+	hw.Limits.MaxSharedPerBlock = limit
+	c, why := waveAdmit(req, hw)
+	if why != "" {
+		return 0
+	}
+	name := fmt.Sprintf("%d outputs on %d SMs with %d bytes: %s", out, sms, limit, c.describe())
+	assert.Zero(t, c.NS%c.WK, "%s: a slot's lines are one K warp's", name)
+	assert.Zero(t, 2*c.NSB%c.WK, "%s: a scale slot's pairs of lines are one K warp's", name)
+	assert.GreaterOrEqual(t, c.rows(), waveMinRows, name)
+	assert.LessOrEqual(t, c.rows(), waveMaxRows, name)
+	assert.True(t, c.NT >= 1 && c.NT <= 8, name)
+	assert.Equal(t, waveWarps, c.WR*c.WK, name)
+	assert.True(t, c.NS >= 2 && c.NS <= waveMaxLineSlots && c.NSB >= 1, name)
+	assert.LessOrEqual(t, c.WK*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the K warps' sums fit the ring", name)
+	assert.LessOrEqual(t, c.sharedBytes(), waveMaxShared, name)
+	if limit > 0 {
+		assert.LessOrEqual(t, c.sharedBytes(), limit, name)
+	}
+	assert.Zero(t, req.InFeatures%(2*waveLine*c.KS), "%s: each block of a cluster takes whole pairs of lines", name)
+	l := c.launches(req)
+	blocks := int(l.main.Grid[0])
+	require.Zero(t, blocks%c.KS, name)
+	rowBlocks := blocks / c.KS
+	assert.True(t, rowBlocks*c.rows() >= out && (rowBlocks-1)*c.rows() < out, "%s: %d blocks", name, blocks)
+	if c.rows() < waveMaxRows {
+		assert.LessOrEqual(t, blocks, sms, "%s: one wave", name)
+	}
+	if c.KS > 1 {
+		assert.LessOrEqual(t, (c.WK+1)*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the sums and the cluster's share fit the ring", name)
+	}
+	return 1
 }
 
 // The preparation runs one block per line without early start; the product

@@ -4,19 +4,20 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
-// Status (bench/NOTES.md, seventeenth session, H200, 16 tokens): 8192->28672
-// 44.3 us (2.48x torch's bf16 matmul; qmm/bulk 56.4), 28672->8192 50.4
-// (2.31x; 58.1), 4096->14336 16.7 (1.85x; 19.3). Blocks of 32 rows (4096
-// outputs) stream more x than weights and lost to qmm/bulk; in clusters of
-// two 64-row blocks over halves of the inputs, 14336->4096 takes 19.1
-// (1.67x; qmm/bulk 20.4) and 4096^2 10.9 (qmm/stream 8.2 is faster).
+// Status (bench/NOTES.md, seventeenth session, H200, 16 tokens, the whole
+// call): 8192->28672 43.8-44.4 us (2.44-2.48x torch's bf16 matmul; qmm/bulk
+// 56.5), 28672->8192 48.9 (2.29x; 57.5), 4096->14336 16.5 (1.88x; 19.2).
+// Blocks of 32 rows (4096 outputs) stream more x than weights and lost to
+// qmm/bulk; in clusters of two 64-row blocks over halves of the inputs,
+// 14336->4096 takes 18.2 (1.73x; qmm/bulk 20.5) and 4096^2 10.3 (qmm/stream
+// 8.2 is faster).
 //
 // Design: one block per R output rows and all of K (R = rows / SMs rounded
-// up to 8, at most 256: about one wave, and no partial sums leave the
-// block). Where that would be under 64 rows (few outputs), a thread-block
-// cluster of KS blocks takes KS times the rows and each block 1/KS of the
-// lines; the blocks add their sums in distributed shared memory and rank 0
-// writes y.
+// up to a multiple of 8 WR, at most 256: about one wave, and no partial
+// sums leave the block). Where that would be under 64 rows (few outputs),
+// a thread-block cluster of KS blocks takes KS times the rows and each
+// block 1/KS of the lines; the blocks add their sums in distributed shared
+// memory and rank 0 writes y.
 // A producer warp streams "lines" (256 inputs of each of the R rows: one
 // 128-byte swizzled tensor-map box, with the line's prepared x) into a ring
 // of NS slots, and each pair of lines' scales and biases (8 groups: a box
@@ -25,15 +26,23 @@
 // WK-th line, summed in shared memory at the end. mma.sync m16n8k16 with
 // the 16 tokens as M (A = x / sigma in fp16, sigma a power of two per token
 // and line, prepared once per call in fragment order) and the rows as N
-// (B = s*q, dequantised in registers: lop3 to 1024 + q or 1024 + 16q, then
-// one fma with (s, -1024 s) or (s/16, -64 s), exact but for the one
-// rounding of s*q). A lane owns one group of a line per n-tile (the two
+// (B = s*q or 16 s*q, dequantised in registers: lop3 to 1024 + q or
+// 1024 + 16q, then one fma with (s, -1024 s), exact but for the one
+// rounding of the product; x at the 16q positions is prepared divided by
+// 16). A lane owns one group of a line per n-tile (the two
 // 16-byte chunks 2 tig and 2 tig + 1 of its row: conflict-free under the
 // 128-byte swizzle), so its scale constants serve 64 weights. The biases'
 // share, sum_g b[o][g] * XS[t][g] with XS the group sums of x / sigma, is
 // one more mma per line (A: XS in fp16, its high parts in kslots 0..3 and
 // the low parts in 8..11; B: the line's 4 biases in both). A line's sums
 // are then scaled by sigma into the accumulators.
+//
+// Numerics: s*q is rounded to fp16 once (2^-11 relative), x / sigma is
+// exact for values within 2^18 of its line's largest (2^22 at the positions
+// not divided by 16), and the biases' share keeps 22 bits of XS. Scales are
+// taken to fp16: below 2^-14 they lose bits, below 2^-24 they are 0, and at
+// 64 or more -1024 s overflows (outputs turn NaN); quantised model weights
+// are far inside that range.
 //
 // Entry points, in launch order on one stream (the main kernel with early
 // start; xprep without, so that its blocks do not wait beside the main
@@ -65,10 +74,10 @@ typedef unsigned long long u64;
 #define WK 8   // consumer warps per row group, each taking every WK-th line
 #endif
 #ifndef NS
-#define NS 4   // line slots in the ring
+#define NS 8   // line slots in the ring (a multiple of WK: below)
 #endif
 #ifndef NSB
-#define NSB 3  // scale and bias slots (each serves two lines)
+#define NSB 4  // scale and bias slots, each serving two lines (2 NSB a multiple of WK)
 #endif
 #ifndef KS
 #define KS 1   // blocks of a thread-block cluster that share a block's rows, each over 1/KS of the lines
@@ -94,6 +103,14 @@ typedef unsigned long long u64;
 #endif
 #if NS < 2 || NSB < 1
 #error "NS >= 2 and NSB >= 1"
+#endif
+// A warp waits on a slot's barrier by parity, which is sound only if it saw
+// the slot's previous phase complete: so the lines of a slot must always be
+// the same K warp's (NS a multiple of WK), and so must the pairs of lines
+// of a scale slot (2 NSB a multiple of WK). Otherwise a warp that runs ahead
+// could pass its wait while an earlier line is still in flight.
+#if NS % WK != 0 || (2 * NSB) % WK != 0
+#error "NS must be a multiple of WK, and 2 NSB too"
 #endif
 
 #define KC_DEV __device__ __forceinline__
@@ -205,7 +222,8 @@ KC_DEV u32 kc_lds16(u32 addr) {
 // line (k clamped to [-126, 127]), so that x / sigma and its group sums fit
 // fp16. Step s, lane (gid, tig): a0/a1 (token gid / gid + 8) pair kslots
 // (2 tig, 2 tig + 1) and a2/a3 pair (2 tig + 8, 2 tig + 9), from inputs
-// base + {0, 4} and base + {1, 5}, base = 64 tig + 8 (s >> 1) + 2 (s & 1)
+// base + {0, 4} and base + {1, 5} (these divided by 16 as well: their
+// weights unpack to 1024 + 16q), base = 64 tig + 8 (s >> 1) + 2 (s & 1)
 // in the line: the positions whose weights the main kernel's lane tig
 // unpacks for that step (its group tig of the line, word s >> 1, nibbles
 // (0, 4) and (1, 5), or (2, 6) and (3, 7)). Then the XS fragments: kslot
@@ -263,10 +281,10 @@ affine_wave_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int
 #pragma unroll
         for (int r = 0; r < 2; ++r) {   // token gid (r 0), gid + 8 (r 1)
             const int t = gid + 8 * r;
-            const float iv = inv[t];
+            const float iv = inv[t], iv16 = iv * 0.0625f;   // exact: powers of two
             const u16* p = &xt[t][base];
             a[r] = kc_f16x2(kc_bf16(p[0]) * iv, kc_bf16(p[4]) * iv);
-            a[2 + r] = kc_f16x2(kc_bf16(p[1]) * iv, kc_bf16(p[5]) * iv);
+            a[2 + r] = kc_f16x2(kc_bf16(p[1]) * iv16, kc_bf16(p[5]) * iv16);   // meet 1024 + 16q
         }
         *reinterpret_cast<uint4*>(out + s * 512 + lane * 16) = make_uint4(a[0], a[1], a[2], a[3]);
     }
@@ -377,7 +395,7 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
-    const u32 neg1024 = 0xE400E400u, sixteenth = 0x2C002C00u, neg64 = 0xD400D400u;
+    const u32 neg1024 = 0xE400E400u;
 
     for (int L = 0; L < lines; ++L) {
         const int slot = L % NS, u = L >> 1, sslot = u % NSB, l = L & 1;
@@ -388,7 +406,7 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const u32 wl = sbase + slot * LINE_BYTES;
             const u32 xl = wl + WLINE_BYTES;
             const u32 sc = sbbase + sslot * 2 * SB_BYTES, bi = sc + SB_BYTES;
-            u32 q[NT][8], s2[NT], c2[NT], s16[NT], c16[NT];
+            u32 q[NT][8], s2[NT], c2[NT];
             float tmp[NT][4];
 #pragma unroll
             for (int j = 0; j < NT; ++j)
@@ -404,8 +422,6 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 const float sf = kc_bf16(kc_lds16(sc + row * 16 + (4 * l + tig) * 2));
                 s2[j] = kc_f16x2(sf, sf);
                 c2[j] = kc_hmul2(s2[j], neg1024);
-                s16[j] = kc_hmul2(s2[j], sixteenth);
-                c16[j] = kc_hmul2(s2[j], neg64);
             }
 #pragma unroll
             for (int w = 0; w < 8; ++w) {
@@ -415,9 +431,9 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 for (int j = 0; j < NT; ++j) {
                     const u32 v = q[j][w], v8 = v >> 8;
                     kc_mma(tmp[j], a0, kc_hfma2(kc_nib16<0x000F000Fu>(v), s2[j], c2[j]),
-                           kc_hfma2(kc_nib16<0x00F000F0u>(v), s16[j], c16[j]));
+                           kc_hfma2(kc_nib16<0x00F000F0u>(v), s2[j], c2[j]));
                     kc_mma(tmp[j], a1, kc_hfma2(kc_nib16<0x000F000Fu>(v8), s2[j], c2[j]),
-                           kc_hfma2(kc_nib16<0x00F000F0u>(v8), s16[j], c16[j]));
+                           kc_hfma2(kc_nib16<0x00F000F0u>(v8), s2[j], c2[j]));
                 }
             }
             const uint4 xsf = kc_lds128(xl + 16 * 512 + lane * 16);
