@@ -92,9 +92,8 @@ func (e *Executable) Plan() *Plan {
 // On the exported path each stream gets its own copy of the candidate's
 // scratch workspace (when it has one) at its first run, kept until Close,
 // so runs on different streams may overlap. One executable runs on up to 8
-// streams; a ninth is refused with an error naming it. A stream's
-// workspace lives until Close, so bind one executable per long-lived
-// stream rather than a stream per call. A stream's first run allocates:
+// streams; a ninth is refused with an error naming it, so use long-lived
+// streams rather than a stream per call. A stream's first run allocates:
 // make it before capturing the stream into a graph, or capture in
 // cuda.CaptureRelaxed mode (the strict modes forbid allocation). A graph
 // captured from a stream uses that stream's workspace: replay it in order
