@@ -239,68 +239,68 @@ affine_wave_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int
     kc_grid_wait();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int L = blockIdx.x; L < in_features / 256; L += gridDim.x) {   // any grid: the lines in turn
-    unsigned char* out = ws + (long long)L * XLINE_BYTES;
-    __syncthreads();   // the last line's reads of xt, inv and xs are done
+        unsigned char* out = ws + (long long)L * XLINE_BYTES;
+        __syncthreads();   // the last line's reads of xt, inv and xs are done
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {   // 512 pieces of 8: token i / 32, piece i % 32
-        const int i = tid + 256 * h, t = i >> 5, c = i & 31;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (t < tokens) v = *reinterpret_cast<const uint4*>(x + (long long)t * in_features + 256 * L + 8 * c);
-        *reinterpret_cast<uint4*>(&xt[t][8 * c]) = v;
-    }
-    __syncthreads();
-    // Warp w: tokens 2w and 2w + 1. max|x| as bf16 bits (monotonic).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int t = 2 * warp + h;
-        const uint4 v = *reinterpret_cast<const uint4*>(&xt[t][8 * lane]);
-        u32 m = max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16;
-        m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
-        m = __reduce_max_sync(0xFFFFFFFFu, m);
-        const int k = max(-126, min((int)(m >> 7) - 127 - 8, 127));
-        if (lane == 0) {
-            inv[t] = __int_as_float((127 - k) << 23);   // exact
-            reinterpret_cast<float*>(out + 17 * 512)[t] = __int_as_float((127 + k) << 23);
+        for (int h = 0; h < 2; ++h) {   // 512 pieces of 8: token i / 32, piece i % 32
+            const int i = tid + 256 * h, t = i >> 5, c = i & 31;
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (t < tokens) v = *reinterpret_cast<const uint4*>(x + (long long)t * in_features + 256 * L + 8 * c);
+            *reinterpret_cast<uint4*>(&xt[t][8 * c]) = v;
         }
-        // XS of the token's 4 groups: 8 lanes a group, 8 values a lane.
-        float sum = 0.f;
+        __syncthreads();
+        // Warp w: tokens 2w and 2w + 1. max|x| as bf16 bits (monotonic).
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sum += kc_bf16(e == 0 ? v.x & 0xFFFFu : e == 1 ? v.y & 0xFFFFu : e == 2 ? v.z & 0xFFFFu : v.w & 0xFFFFu)
-                                          + kc_bf16(e == 0 ? v.x >> 16 : e == 1 ? v.y >> 16 : e == 2 ? v.z >> 16 : v.w >> 16);
-#pragma unroll
-        for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-        if ((lane & 7) == 0) xs[t][lane >> 3] = sum * __int_as_float((127 - k) << 23);
-    }
-    __syncthreads();
-    // Fragments: thread (step s, lane) for s = tid / 32 and tid / 32 + 8.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int s = warp + 8 * h, gid = lane >> 2, tig = lane & 3;
-        const int base = 64 * tig + 8 * (s >> 1) + 2 * (s & 1);
-        u32 a[4];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {   // token gid (r 0), gid + 8 (r 1)
-            const int t = gid + 8 * r;
-            const float iv = inv[t], iv16 = iv * 0.0625f;   // exact: powers of two
-            const u16* p = &xt[t][base];
-            a[r] = kc_f16x2(kc_bf16(p[0]) * iv, kc_bf16(p[4]) * iv);
-            a[2 + r] = kc_f16x2(kc_bf16(p[1]) * iv16, kc_bf16(p[5]) * iv16);   // meet 1024 + 16q
-        }
-        *reinterpret_cast<uint4*>(out + s * 512 + lane * 16) = make_uint4(a[0], a[1], a[2], a[3]);
-    }
-    if (tid < 32) {   // XS: high parts in kslots 2 tig + e, low parts in 2 tig + 8 + e (tig < 2)
-        const int gid = lane >> 2, tig = lane & 3;
-        u32 f[4] = {0u, 0u, 0u, 0u};
-        if (tig < 2) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const float v0 = xs[gid + 8 * r][2 * tig], v1 = xs[gid + 8 * r][2 * tig + 1];
-                f[r] = kc_f16x2(v0, v1);
-                f[2 + r] = kc_f16x2(v0 - kc_f16_round(v0), v1 - kc_f16_round(v1));
+        for (int h = 0; h < 2; ++h) {
+            const int t = 2 * warp + h;
+            const uint4 v = *reinterpret_cast<const uint4*>(&xt[t][8 * lane]);
+            u32 m = max(max(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu), max(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)) >> 16;
+            m = max(m, max(max(v.x & 0x7FFFu, v.y & 0x7FFFu), max(v.z & 0x7FFFu, v.w & 0x7FFFu)));
+            m = __reduce_max_sync(0xFFFFFFFFu, m);
+            const int k = max(-126, min((int)(m >> 7) - 127 - 8, 127));
+            if (lane == 0) {
+                inv[t] = __int_as_float((127 - k) << 23);   // exact
+                reinterpret_cast<float*>(out + 17 * 512)[t] = __int_as_float((127 + k) << 23);
             }
+            // XS of the token's 4 groups: 8 lanes a group, 8 values a lane.
+            float sum = 0.f;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sum += kc_bf16(e == 0 ? v.x & 0xFFFFu : e == 1 ? v.y & 0xFFFFu : e == 2 ? v.z & 0xFFFFu : v.w & 0xFFFFu)
+                                              + kc_bf16(e == 0 ? v.x >> 16 : e == 1 ? v.y >> 16 : e == 2 ? v.z >> 16 : v.w >> 16);
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+            if ((lane & 7) == 0) xs[t][lane >> 3] = sum * __int_as_float((127 - k) << 23);
         }
-        *reinterpret_cast<uint4*>(out + 16 * 512 + lane * 16) = make_uint4(f[0], f[1], f[2], f[3]);
-    }
+        __syncthreads();
+        // Fragments: thread (step s, lane) for s = tid / 32 and tid / 32 + 8.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int s = warp + 8 * h, gid = lane >> 2, tig = lane & 3;
+            const int base = 64 * tig + 8 * (s >> 1) + 2 * (s & 1);
+            u32 a[4];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {   // token gid (r 0), gid + 8 (r 1)
+                const int t = gid + 8 * r;
+                const float iv = inv[t], iv16 = iv * 0.0625f;   // exact: powers of two
+                const u16* p = &xt[t][base];
+                a[r] = kc_f16x2(kc_bf16(p[0]) * iv, kc_bf16(p[4]) * iv);
+                a[2 + r] = kc_f16x2(kc_bf16(p[1]) * iv16, kc_bf16(p[5]) * iv16);   // meet 1024 + 16q
+            }
+            *reinterpret_cast<uint4*>(out + s * 512 + lane * 16) = make_uint4(a[0], a[1], a[2], a[3]);
+        }
+        if (tid < 32) {   // XS: high parts in kslots 2 tig + e, low parts in 2 tig + 8 + e (tig < 2)
+            const int gid = lane >> 2, tig = lane & 3;
+            u32 f[4] = {0u, 0u, 0u, 0u};
+            if (tig < 2) {
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float v0 = xs[gid + 8 * r][2 * tig], v1 = xs[gid + 8 * r][2 * tig + 1];
+                    f[r] = kc_f16x2(v0, v1);
+                    f[2 + r] = kc_f16x2(v0 - kc_f16_round(v0), v1 - kc_f16_round(v1));
+                }
+            }
+            *reinterpret_cast<uint4*>(out + 16 * 512 + lane * 16) = make_uint4(f[0], f[1], f[2], f[3]);
+        }
     }
 }
 
@@ -310,8 +310,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 __cluster_dims__(KS, 1, 1)
 #endif
 affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tmap smap,
-           const __grid_constant__ kc_tmap bmap, unsigned char* __restrict__ ws, const u16* __restrict__ bias,
-           u16* __restrict__ y, int tokens, int in_features, int out_features)
+            const __grid_constant__ kc_tmap bmap, unsigned char* __restrict__ ws, const u16* __restrict__ bias,
+            u16* __restrict__ y, int tokens, int in_features, int out_features)
 {
     extern __shared__ unsigned char smem_raw[];
     // full/empty per line slot; sfull/sempty per scale and bias slot
