@@ -164,15 +164,16 @@ type waveConfig struct {
 }
 
 // chooseWave picks the variant for req on a GPU with sms multiprocessors
-// and maxShared bytes of shared memory per block: n-tiles of 8 rows per
-// multiprocessor, out/(8 sms) rounded up (about one wave of blocks), at
-// most waveMaxRows/8, in WR row groups of NT (so rows round up to a
-// multiple of 8 WR);
-// where that is under waveMinRows, a cluster of KS blocks (2, 4 or 8) takes
-// KS times the rows, each block a part of the lines, while the inputs
-// split into pairs of lines; WR a power of two from 2, NT at most 8; waveWarps
-// consumer warps; line and scale slots as below. It
-// reports false when not even WK line slots fit.
+// and maxShared bytes of shared memory per block:
+//   - n-tiles of 8 rows per block: out/(8 sms) rounded up (about one wave
+//     of blocks), at most waveMaxRows/8; where that gives fewer than
+//     waveMinRows rows, a cluster of KS blocks (2, 4 or 8, while the inputs
+//     split into whole pairs of lines per block) takes the rows of KS
+//     blocks and each block a part of the lines;
+//   - WR row groups (a power of two, at least 2) of NT <= 8 n-tiles, so
+//     rows round up to a multiple of 8 WR, and waveWarps consumer warps;
+//   - line and scale slots as below.
+// It reports false when not even WK line slots fit.
 func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 	// n-tiles of a cluster of ks blocks: the outputs over sms/ks clusters,
 	// so that no more than sms blocks run
