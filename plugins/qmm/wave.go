@@ -173,6 +173,7 @@ type waveConfig struct {
 //   - WR row groups (a power of two, at least 2) of NT <= 8 n-tiles, so
 //     rows round up to a multiple of 8 WR, and waveWarps consumer warps;
 //   - line and scale slots as below.
+//
 // It reports false when not even WK line slots fit.
 func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 	// n-tiles of a cluster of ks blocks: the outputs over sms/ks clusters,
