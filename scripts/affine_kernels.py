@@ -1123,6 +1123,23 @@ def time_launches(fns, target_s=0.02, reps=5) -> float:
     return times[len(times) // 2]
 
 
+def rotated_copies(wt):
+    """The weights and enough copies of them to rotate beyond L2: [(w, scales, biases)]."""
+    n = _copies(wt.nbytes())
+    return [(wt.w, wt.scales, wt.biases)] + [(wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(n - 1)]
+
+
+def rotated_launchers(copies, make):
+    """One launcher per copy of the weights: make(w, s, b) returns (launch, what it needs kept alive);
+    returns the launchers and the kept objects (hold them while timing)."""
+    fns, keep = [], []
+    for (w, s, b) in copies:
+        run, k = make(w, s, b)
+        fns.append(run)
+        keep.append(k)
+    return fns, keep
+
+
 def bench_kernel(kind, wt, copies, x, tokens, cfg):
     import torch
     in_f, out_f = wt.in_f, wt.out_f
@@ -1137,20 +1154,12 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
         return time_launches([bulk_tma_launcher(cfg, wt, x, y, tokens, w, s, b) for (w, s, b) in copies])
     elif kind == "wg":
         y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
-        keep, fns = [], []
-        for (w, s, b) in copies:
-            run, ws = wg_launch_fns(cfg, wt, x, y, tokens, w, s, b)
-            keep.append(ws)
-            fns.append(run)
+        fns, keep = rotated_launchers(copies, lambda w, s, b: wg_launch_fns(cfg, wt, x, y, tokens, w, s, b))
         return time_launches(fns)
     elif kind == "wave":
         import wave_kernel   # scripts/wave_kernel.py (imports this module)
         y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
-        keep, fns = [], []
-        for (w, s, b) in copies:
-            run, k = wave_kernel.launcher(cfg, wt, x, y, tokens, w, s, b)
-            keep.append(k)
-            fns.append(run)
+        fns, keep = rotated_launchers(copies, lambda w, s, b: wave_kernel.launcher(cfg, wt, x, y, tokens, w, s, b))
         return time_launches(fns)
     else:
         grid, block, smem = qmm_launch(cfg, tokens, in_f, out_f)
@@ -1197,9 +1206,7 @@ def run_bench(quick: bool, sweep: bool):
     results = []
     for in_f, out_f in shapes:
         wt = Weights(bits, group, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
-        nq = _copies(wt.nbytes())
-        qcopies = [(wt.w, wt.scales, wt.biases)] + [
-            (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]
+        qcopies = rotated_copies(wt)
         nd = _copies(in_f * out_f * 2)
         dense = [torch.randn((out_f, in_f), device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(nd)]
         for t in tokens_list:
@@ -1787,9 +1794,7 @@ def run_wg(quick: bool, bench: bool = True):
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
     for in_f, out_f in (BENCH_SHAPES if not quick else BENCH_SHAPES[:2]):
         wt = Weights(bits, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
-        nq = _copies(wt.nbytes())
-        qcopies = [(wt.w, wt.scales, wt.biases)] + [
-            (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]
+        qcopies = rotated_copies(wt)
         nd = _copies(in_f * out_f * 2)
         dense = [torch.randn((out_f, in_f), device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(nd)]
         for t in WG_TOKENS:
@@ -1832,7 +1837,7 @@ def main():
     ap.add_argument("--only", choices=("correctness", "bench"), help="run one part")
     ap.add_argument("--sweep", action="store_true", help="also time alternative launch configs")
     ap.add_argument("--resources", action="store_true", help="print ptxas usage of every variant")
-    ap.add_argument("--kernel", choices=("gemv", "qmm", "stream", "wg", "bulk"), action="append",
+    ap.add_argument("--kernel", choices=("gemv", "qmm", "stream", "wg", "bulk", "wave"), action="append",
                     help="test/time these kernels only (repeatable)")
     ap.add_argument("--tokens", help="comma-separated benchmark token counts (default 1,4,16,256,4096)")
     ap.add_argument("--shapes", help="comma-separated benchmark shapes INxOUT (default the five DESIGN.md shapes)")

@@ -99,9 +99,7 @@ def main():
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))
         wt = ak.Weights(bits, group, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
-        nq = ak._copies(wt.nbytes())
-        copies = [(wt.w, wt.scales, wt.biases)] + [
-            (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]
+        copies = ak.rotated_copies(wt)
         x = (torch.rand((t, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
         for vtext in args.variants.split(";"):
             kw, macros = parse_variant(vtext)

@@ -192,9 +192,7 @@ def run_bench(configs, tokens: int):
     print(f"{'shape':>13s} {'tok':>4s} {'torch us':>9s} | {'kernel':8s} {'us':>8s} {'speedup':>7s} {'TB/s':>6s}")
     for in_f, out_f in ak.BENCH_SHAPES:
         wt = ak.Weights(4, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
-        nq = ak._copies(wt.nbytes())
-        copies = [(wt.w, wt.scales, wt.biases)] + [
-            (wt.w.clone(), wt.scales.clone(), wt.biases.clone()) for _ in range(nq - 1)]
+        copies = ak.rotated_copies(wt)
         nd = ak._copies(in_f * out_f * 2)
         dense = [torch.randn((out_f, in_f), device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(nd)]
         x = (torch.rand((tokens, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
@@ -207,11 +205,7 @@ def run_bench(configs, tokens: int):
             rows.append(("bulk", bcfg, ak.bench_kernel("bulk", wt, copies, x, tokens, bcfg)))
         for cfg in configs or [wave_config(out_f, ak.SMS, in_f)]:
             y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
-            keep, fns = [], []
-            for (w, s, b) in copies:
-                run, k = launcher(cfg, wt, x, y, tokens, w, s, b)
-                keep.append(k)
-                fns.append(run)
+            fns, keep = ak.rotated_launchers(copies, lambda w, s, b: launcher(cfg, wt, x, y, tokens, w, s, b))
             rows.append(("wave", cfg, ak.time_launches(fns)))
             if MAIN_ONLY:
                 for f in fns:

@@ -46,8 +46,7 @@ def main():
         in_f, out_f = (int(v) for v in shape.split("x"))
         cfg = dict(ak.wg_choose(t, out_f, in_f=in_f), **extra)
         wt = ak.Weights(4, 64, in_f, out_f, False, seed=1, keep_dense=False)
-        copies = [(wt.w, wt.scales, wt.biases)] + [(wt.w.clone(), wt.scales.clone(), wt.biases.clone())
-                                                   for _ in range(ak._copies(wt.nbytes()) - 1)]
+        copies = ak.rotated_copies(wt)
         x = (torch.rand((t, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
         y = torch.empty((t, out_f), device="cuda", dtype=torch.int16)
         runs = [ak.wg_launch_fns(cfg, wt, x, y, t, w, s, b) for (w, s, b) in copies]
