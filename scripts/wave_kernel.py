@@ -7,7 +7,8 @@ call, against the float64 reference (the family's gate). Bench: 16 tokens
 at the issue's five shapes against torch's bf16 matmul and qmm/bulk in the
 same run (CUDA graphs, weights rotated beyond L2, as affine_kernels.py).
 
-    python3 scripts/wave_kernel.py [--only correctness|bench] [--configs NT:WR:WK:NS,...] [--tokens 16]
+    python3 scripts/wave_kernel.py [--only correctness|bench] [--configs NT:WR:WK[:NS[:NSB[:KS]]][:K=V...],...]
+        [--variant K=V[:K=V...]] [--shapes INxOUT,...] [--tokens 16] [--main-only]
 """
 import argparse
 import re
@@ -140,6 +141,16 @@ CASES = [   # (in, out, tokens, bias, x scale[, weight scale: scales and biases 
 
 
 MAIN_ONLY = False
+VARIANTS = []   # --variant: macro sets, each also run on top of the rule's configuration
+
+
+def shape_configs(configs, out_f: int, in_f: int):
+    """The configurations to run at one shape: --configs, or the rule's
+    and each --variant on top of it."""
+    if configs:
+        return configs
+    base = wave_config(out_f, ak.SMS, in_f)
+    return [base] + [finish(dict(base, **v)) for v in VARIANTS]
 
 
 def sass_mix(cubin, function: str) -> str:
@@ -170,7 +181,7 @@ def run_correctness(configs) -> bool:
         x[0] *= 1e-3
         x = x.to(torch.bfloat16)
         ref = wt.reference(x)
-        for cfg in configs or [wave_config(out_f, ak.SMS, in_f)]:
+        for cfg in shape_configs(configs, out_f, in_f):
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")   # bf16 NaN
             run, keep = launcher(cfg, wt, x, y, t)
             run()
@@ -203,7 +214,7 @@ def run_bench(configs, tokens: int):
         bcfg = ak.bulk_config(4, 64, tokens, in_f, out_f)
         if bcfg:
             rows.append(("bulk", bcfg, ak.bench_kernel("bulk", wt, copies, x, tokens, bcfg)))
-        for cfg in configs or [wave_config(out_f, ak.SMS, in_f)]:
+        for cfg in shape_configs(configs, out_f, in_f):
             y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
             fns, keep = ak.rotated_launchers(copies, lambda w, s, b: launcher(cfg, wt, x, y, tokens, w, s, b))
             rows.append(("wave", cfg, ak.time_launches(fns)))
@@ -217,7 +228,7 @@ def run_bench(configs, tokens: int):
         after = ak.time_launches(torch_fns)
         anchor = (before + after) / 2
         for kind, cfg, ts in rows:
-            extra = " ".join(f"{k}={v}" for k, v in cfg.items() if k in ("NT", "WR", "WK", "NS", "NSB", "KS", "MT", "U"))
+            extra = " ".join(f"{k}={v}" for k, v in cfg.items())
             print(f"{in_f:6d}->{out_f:<6d} {tokens:4d} {anchor * 1e6:9.1f} | {kind:8s} {ts * 1e6:8.1f} "
                   f"{anchor / ts:7.2f} {wt.nbytes() / ts / 1e12:6.2f}  {extra}", flush=True)
         del copies, dense, wt
@@ -229,23 +240,30 @@ def main():
     ap.add_argument("--only", choices=("correctness", "bench"))
     ap.add_argument("--configs", help="NT:WR:WK[:NS[:NSB[:KS]]],... in place of the rule's (NS 0: as many as fit)")
     ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--shapes", help="INxOUT,... in place of the five benchmark shapes")
     ap.add_argument("--main-only", action="store_true", help="also time the main kernel alone")
     ap.add_argument("--sass", action="store_true", help="print the main kernel's SASS instruction mix")
     ap.add_argument("--define", action="append", default=[], help="extra wave.cu macro K=V on every variant")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="K=V[:K=V...]: also run the rule's configuration with these macros (repeatable)")
     ap.add_argument("--xp-pdl", action="store_true", help="launch xprep with early start too")
     args = ap.parse_args()
     EXTRA.update({k: int(v) for k, v in (d.split("=") for d in args.define)})
     global XP_PDL
     XP_PDL = args.xp_pdl
+    VARIANTS.extend({k: int(v) for k, v in (f.split("=") for f in var.split(":"))} for var in args.variant)
     global MAIN_ONLY
     MAIN_ONLY = args.main_only
     ak.SMS = torch.cuda.get_device_properties(0).multi_processor_count
+    if args.shapes:
+        ak.BENCH_SHAPES = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
     configs = None
     if args.configs:
         configs = []
         for c in args.configs.split(","):
-            v = [int(f) for f in c.split(":")]
-            cfg = dict(NT=v[0], WR=v[1], WK=v[2])
+            fields = c.split(":")
+            v = [int(f) for f in fields if "=" not in f]
+            cfg = dict(NT=v[0], WR=v[1], WK=v[2], **{k: int(x) for k, x in (f.split("=") for f in fields if "=" in f)})
             if len(v) > 3 and v[3]:
                 cfg["NS"] = v[3]
             if len(v) > 4 and v[4]:
@@ -255,7 +273,7 @@ def main():
             configs.append(finish(cfg))
     seen = set()
     for in_f, out_f in sorted({(i, o) for i, o, *_ in CASES} | set(ak.BENCH_SHAPES)):
-        for cfg in configs or [wave_config(out_f, ak.SMS, in_f)]:
+        for cfg in shape_configs(configs, out_f, in_f):
             key = ak.variant_key(WAVE_CU, cfg)
             if key in seen:
                 continue

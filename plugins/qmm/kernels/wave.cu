@@ -59,6 +59,13 @@
 //   smap  bf16 [out][in/64], box {8, R}, no swizzle; bmap the biases, same
 // Needs 1 <= tokens <= 16, in % (512 KS) == 0 (whole pairs of lines per
 // block), out % 8 == 0.
+//
+// Diagnostics (development only; the outputs are wrong): KC_DIAG_NOMATH
+// releases each line unread (the feed alone), KC_DIAG_NOFEED copies
+// nothing and computes on whatever shared memory holds (the arithmetic
+// alone). Eighteenth session, 16 tokens, the product alone: 8192->28672
+// 41.4-42.9 us, the feed alone 34.5, the arithmetic alone 31.4;
+// 28672->8192 47.4-47.9, 36.1 and 40.6 (bench/NOTES.md).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -342,7 +349,11 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     __syncthreads();
 
     if (warp == CW) {   // producer
+#ifdef KC_DIAG_NOFEED
+        if (false) {   // diagnostic: the arithmetic alone, on whatever shared memory holds (outputs wrong)
+#else
         if (lane == 0) {
+#endif
             // The block's line L (L0 + L of the row): its weights and x into
             // slot L % NS; with an even L, the scales and biases of lines L
             // and L + 1 into slot (L / 2) % NSB.
@@ -397,12 +408,25 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
     const u32 neg1024 = 0xE400E400u;
 
-    for (int L = 0; L < lines; ++L) {
+    for (int L = kk; L < lines; L += WK) {   // this warp's lines (1-4 % faster than skipping the others')
         const int slot = L % NS, u = L >> 1, sslot = u % NSB, l = L & 1;
-        if (L % WK != kk) continue;
-        {
+#ifdef KC_DIAG_NOMATH
+        {   // diagnostic: the feed alone, each line released unread (outputs wrong)
             kc_bar_wait(kc_smem(&full[slot]), (L / NS) & 1);
             kc_bar_wait(kc_smem(&sfull[sslot]), (u / NSB) & 1);
+            __syncwarp();
+            if (lane == 0) {
+                kc_bar_arrive(kc_smem(&empty[slot]));
+                kc_bar_arrive(kc_smem(&sempty[sslot]));
+            }
+            continue;
+        }
+#endif
+        {
+#ifndef KC_DIAG_NOFEED
+            kc_bar_wait(kc_smem(&full[slot]), (L / NS) & 1);
+            kc_bar_wait(kc_smem(&sfull[sslot]), (u / NSB) & 1);
+#endif
             const u32 wl = sbase + slot * LINE_BYTES;
             const u32 xl = wl + WLINE_BYTES;
             const u32 sc = sbbase + sslot * 2 * SB_BYTES, bi = sc + SB_BYTES;
