@@ -1450,12 +1450,13 @@ class WGNotServed(ValueError):
 def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: int, shared: int = 0, sk: int = 0) -> int:
     """The stages of x / sigma, one float sigma per padded token, then
     (split K without a cluster) the fp32 sums, or (stream-K) one int
-    counter per shared tile, rounded up to 16 bytes, and one partial of
-    BN/2 floats per consumer thread per stream-K block."""
+    counter per shared tile and the blocks' ticket, rounded up to 16
+    bytes, and one partial of BN/2 floats per consumer thread per stream-K
+    block."""
     tiles = -(-tokens // cfg["BN"])
     sums = tokens * out_f * 4 if splits > 1 and not cfg.get("CLUSTER") else 0
     if sk:
-        sums = -(-shared // 4) * 16 + sk * (cfg["BN"] // 2) * 128 * cfg["WGS"] * 4
+        sums = -(-(shared + 1) // 4) * 16 + sk * (cfg["BN"] // 2) * 128 * cfg["WGS"] * 4
     return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4 + sums
 
 
@@ -1527,7 +1528,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     p = lambda t: np.uint64(t.data_ptr())
     args_xprep = (p(x), p(xp), np.int32(tokens), np.int32(in_f), np.int32(out_f),
                   np.int32(1 if cluster else splits), np.int32(row_first),   # a cluster needs no cleared sums
-                  np.int32(t_all - full if sk else 0))                        # stream-K's tile counters
+                  np.int32(t_all - full + 1 if sk else 0))                    # stream-K's tile counters and ticket
     bias_p = np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0)
     args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(row_first))
     args_main = (p(xp), p(w), p(scales), p(biases),

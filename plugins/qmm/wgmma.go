@@ -367,9 +367,10 @@ func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 		n += int64(req.Tokens) * int64(req.OutFeatures) * 4
 	}
 	if c.StreamK > 0 {
-		// a counter per shared tile, rounded up to 16 bytes, then a partial
-		// of BN/2 floats per consumer thread per stream-K block
-		n += int64(ceilDiv(c.sharedTiles(req), 4))*16 + int64(c.StreamK)*int64(c.BN/2)*int64(128*c.WGS)*4
+		// a counter per shared tile and the blocks' ticket, rounded up to
+		// 16 bytes, then a partial of BN/2 floats per consumer thread per
+		// stream-K block
+		n += int64(ceilDiv(c.sharedTiles(req)+1, 4))*16 + int64(c.StreamK)*int64(c.BN/2)*int64(128*c.WGS)*4
 	}
 	return n
 }
@@ -422,9 +423,9 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	if c.sumsInMemory() {
 		clearSums = splits
 	}
-	counters := sdk.Int32Param(0) // and stream-K's tile counters
+	counters := sdk.Int32Param(0) // and stream-K's tile counters and ticket
 	if c.StreamK > 0 {
-		counters = sdk.Int32Param(int32(c.sharedTiles(req)))
+		counters = sdk.Int32Param(int32(c.sharedTiles(req) + 1))
 	}
 	var l wgLaunches
 	l.prep = gpukernel.Launch{

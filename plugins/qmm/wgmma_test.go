@@ -190,7 +190,7 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, affine.X, scales.Params[0].Buffer)
 		assert.Equal(t, sdk.BufferWorkspace, scales.Params[1].Buffer)
 		if c.StreamK > 0 {
-			assert.Equal(t, int32(rowBlocks*tiles-c.Full), int32Of(t, scales.Params[7]), "stream-K's tile counters cleared")
+			assert.Equal(t, int32(rowBlocks*tiles-c.Full+1), int32Of(t, scales.Params[7]), "stream-K's tile counters and ticket cleared")
 		} else {
 			assert.Equal(t, int32(0), int32Of(t, scales.Params[7]), "no counters")
 		}
@@ -293,8 +293,8 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	shared := int4Request(256, 8192, 28672)
 	c = chooseWG(shared, 132)
 	require.Equal(t, []int{1, 132, 132}, []int{c.Splits, c.Full, c.StreamK})
-	assert.Equal(t, int64(128*32768+256*4+92*4+132*128*256*4), c.workspaceBytes(shared),
-		"stages, sigma, 92 tile counters (16-byte multiple), then a partial of 128 floats per consumer thread per stream-K block")
+	assert.Equal(t, int64(128*32768+256*4+96*4+132*128*256*4), c.workspaceBytes(shared),
+		"stages, sigma, 92 tile counters and the ticket (rounded up to 16 bytes), then a partial of 128 floats per consumer thread per stream-K block")
 	paired := int4Request(256, 14336, 4096)
 	c = chooseWG(paired, 132)
 	require.True(t, c.Cluster)

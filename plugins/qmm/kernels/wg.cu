@@ -17,7 +17,8 @@
 //     in fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0. With splits > 1 it also
 //     clears the tokens' split-K sums of outputs row_first and up; its
-//     block 0 clears `counters` ints, stream-K's tile counters (0: none).
+//     block 0 clears `counters` ints, stream-K's tile counters and its
+//     ticket (0: none).
 //   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits, full, sk)
 //     grid (full + (T - full) * splits), or with stream-K (sk > 0) full +
 //     sk, with T = ceil(out/ROWS) * ceil(tokens/BN) tiles, block THREADS,
@@ -44,9 +45,9 @@
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
 // then ceil(tokens/BN) * BN floats of sigma, then (splits > 1 without
 // CLUSTER) tokens * out floats of sums, which xprep clears when its splits
-// argument is above 1; or, with stream-K, T - full int counters (rounded
-// up to 16 bytes), which xprep clears as its `counters`, then sk partials
-// of NACC * WGS * 128 floats.
+// argument is above 1; or, with stream-K, T - full int counters and a
+// ticket (rounded up to 16 bytes), which xprep clears as its `counters`,
+// then sk partials of NACC * WGS * 128 floats.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
 // groups, so at least two groups), out_features a multiple of 8, band >= 1,
 // splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1
@@ -270,15 +271,16 @@ KC_DEV long long kc_sum_offset(int tokens, int in_features) {
     return kc_sigma_offset(tokens, in_features) + (long long)((tokens + BN - 1) / BN) * BN * 4;
 }
 // Stream-K (sk > 0), in place of the sums: one int counter per shared
-// tile (the contributors that have stored their partials), rounded up to
-// 16 bytes, then one partial per stream-K block: NACC / 4 float4 for each
-// of the WGS * 128 consumer threads, [i][thread], so that stores and
-// loads are coalesced.
+// tile (the contributors that have stored their partials), then the
+// ticket that numbers the stream-K blocks in the order they start,
+// rounded up to 16 bytes; then one partial per stream-K block: NACC / 4
+// float4 for each of the WGS * 128 consumer threads, [i][thread], so that
+// stores and loads are coalesced.
 KC_DEV int* kc_counters(unsigned char* ws, int tokens, int in_features) {
     return reinterpret_cast<int*>(ws + kc_sum_offset(tokens, in_features));
 }
 KC_DEV float4* kc_partials(unsigned char* ws, int tokens, int in_features, int shared_tiles) {
-    return reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features) + (long long)(shared_tiles + 3) / 4 * 16);
+    return reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features) + (long long)(shared_tiles + 4) / 4 * 16);
 }
 
 // ---------------------------------------------------------------------------
@@ -663,17 +665,28 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // partial in the workspace, then the tile's counter counts it. A run
     // over two tiles computes the later one first (segment A, where it
     // contributes), so that its partial is stored before it waits on the
-    // earlier one's; a block waits only for lower-numbered ones. Blocks
-    // are dispatched in order on the H200, so those have started and
-    // every wait ends; CUDA does not promise that order, hence the bounded
-    // wait below (a trap after 10 s, not a hang). Segment A ends inside
+    // earlier one's; a block waits only for lower-numbered ones. The
+    // numbers are tickets taken as the blocks start (CUDA does not promise
+    // to place blocks in index order, and under MPS or beside other
+    // kernels not all of them may fit at once), so every block a finisher
+    // waits for is already running and every wait ends; the wait below is
+    // bounded all the same (a trap after 10 s, not a hang). Segment A ends inside
     // its tile, so it is whole weight stages, and the rings' group and
     // stage counts run on into the last segment. The other blocks are as
     // without stream-K.
     const int wstages = (groups + AG - 1) / AG;
     const bool streamk = sk > 0 && !whole;
-    const int skb = (int)blockIdx.x - full;                   // this block among the stream-K ones
     const int shared_tiles = row_blocks * tiles - full, units = shared_tiles * wstages;
+    int skb = (int)blockIdx.x - full;                         // this block among the stream-K ones: its ticket
+    if (streamk) {
+        __shared__ int ticket;
+        if (tid == 0) {
+            kc_grid_wait();   // xprep cleared the ticket
+            ticket = atomicAdd(kc_counters(xp, tokens, in_features) + shared_tiles, 1);
+        }
+        __syncthreads();
+        skb = ticket;
+    }
     int row0, tile, g0, n, wait = 0;                          // the (last) segment: tile, groups [g0, g0 + n), contributors or -1
     int row0a = 0, tilea = 0, g0a = 0, na = 0, tlo = 0, thi = 0;   // segment A (na groups; 0: none); the run's tiles
     {
