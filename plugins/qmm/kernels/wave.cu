@@ -4,13 +4,17 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
-// Status (bench/NOTES.md, seventeenth session, H200, 16 tokens, the whole
-// call): 8192->28672 43.8-44.4 us (2.44-2.48x torch's bf16 matmul; qmm/bulk
-// 56.5), 28672->8192 48.9 (2.29x; 57.5), 4096->14336 16.5 (1.88x; 19.2).
-// Blocks of 32 rows (4096 outputs) stream more x than weights and lost to
-// qmm/bulk; in clusters of two 64-row blocks over halves of the inputs,
-// 14336->4096 takes 18.2 (1.73x; qmm/bulk 20.5) and 4096^2 10.3 (qmm/stream
-// 8.2 is faster).
+// Status (bench/NOTES.md, eighteenth session, H200, 16 tokens, the whole
+// call): 8192->28672 43.1-43.4 us (2.46-2.48x torch's bf16 matmul; qmm/bulk
+// 56.3-56.9), 28672->8192 46.6-46.7 (2.40x; 57.2), 4096->14336 16.0-16.1
+// (1.84-1.86x; 19.3). Blocks of 32 rows (4096 outputs) stream more x than
+// weights and lost to qmm/bulk; in clusters of two 64-row blocks over
+// halves of the inputs, 14336->4096 takes 17.6-17.7 (1.77x; qmm/bulk 20.3)
+// and 4096^2 10.2 (qmm/stream 8.3 is faster). Tried there and slower (the
+// NOTES have the tables): separate rings for weights and x with a second
+// copier warp, L2 prefetches of lines ahead, a second accumulator set,
+// 12 consumer warps, and wgmma m64n16k16 with the weights as A
+// (branch experiment/wave-wgmma).
 //
 // Design: one block per R output rows and all of K (R = rows / SMs rounded
 // up to a multiple of 8 WR, at most 256: about one wave, and no partial
