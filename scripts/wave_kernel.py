@@ -8,7 +8,7 @@ at the issue's five shapes against torch's bf16 matmul and qmm/bulk in the
 same run (CUDA graphs, weights rotated beyond L2, as affine_kernels.py).
 
     python3 scripts/wave_kernel.py [--only correctness|bench] [--configs NT:WR:WK[:NS[:NSB[:KS]]][:K=V...],...]
-        [--variant K=V[:K=V...]] [--shapes INxOUT,...] [--tokens 16] [--main-only]
+        [--variant K=V[:K=V...]] [--shapes INxOUT,...] [--tokens 16] [--main-only] [--once]
 """
 import argparse
 import re
@@ -242,6 +242,9 @@ def main():
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--shapes", help="INxOUT,... in place of the five benchmark shapes")
     ap.add_argument("--main-only", action="store_true", help="also time the main kernel alone")
+    ap.add_argument("--once", action="store_true",
+                    help="only launch one call of the last variant at the first shape, for Nsight Compute "
+                         "(ncu --clock-control none -k regex:'^affine_wave$' -c 1 ...)")
     ap.add_argument("--sass", action="store_true", help="print the main kernel's SASS instruction mix")
     ap.add_argument("--define", action="append", default=[], help="extra wave.cu macro K=V on every variant")
     ap.add_argument("--variant", action="append", default=[],
@@ -271,6 +274,17 @@ def main():
             if len(v) > 5 and v[5] > 1:
                 cfg["KS"] = v[5]
             configs.append(finish(cfg))
+    if args.once:
+        in_f, out_f = ak.BENCH_SHAPES[0] if args.shapes else (8192, 28672)
+        cfg = shape_configs(configs, out_f, in_f)[-1]
+        print(f"# one call of {cfg} at {in_f}->{out_f}, {args.tokens} tokens", flush=True)
+        wt = ak.Weights(4, 64, in_f, out_f, False, seed=1, keep_dense=False)
+        x = (torch.rand((args.tokens, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
+        y = torch.empty((args.tokens, out_f), device="cuda", dtype=torch.int16)
+        run, _keep = launcher(cfg, wt, x, y, args.tokens)
+        run()
+        torch.cuda.synchronize()
+        return
     seen = set()
     for in_f, out_f in sorted({(i, o) for i, o, *_ in CASES} | set(ak.BENCH_SHAPES)):
         for cfg in shape_configs(configs, out_f, in_f):
