@@ -219,22 +219,23 @@ func (b *planBindings) fixedSlot(name string) int {
 // in place of the fixed binding i for this run, after resolve, and encodes
 // the tensor maps over it.
 func (b *planBindings) replace(i int, buf device.Buffer, field string) error {
-	if err := b.setAs(field, i, buf); err != nil {
+	if err := b.setAs(field, "", i, buf); err != nil {
 		return err
 	}
 	return b.encodeMaps()
 }
 
-func (b *planBindings) set(i int, buf device.Buffer) error { return b.setAs("io."+b.names[i], i, buf) }
+func (b *planBindings) set(i int, buf device.Buffer) error { return b.setAs("io.", b.names[i], i, buf) }
 
-// setAs binds buf to binding i, naming it field in errors.
-func (b *planBindings) setAs(field string, i int, buf device.Buffer) error {
+// setAs binds buf to binding i, naming it prefix+name in errors (joined
+// only then: a run that binds its buffers allocates nothing).
+func (b *planBindings) setAs(prefix, name string, i int, buf device.Buffer) error {
 	dm, ok := buf.(device.DeviceMemory)
 	if !ok {
-		return errdefs.Invalid(field, fmt.Sprintf("%T", buf), "not GPU memory")
+		return errdefs.Invalid(prefix+name, fmt.Sprintf("%T", buf), "not GPU memory")
 	}
 	if n := buf.Size(); n < b.need[i] {
-		return errdefs.Invalid(field, n, "buffer holds %d bytes, needs %d", n, b.need[i])
+		return errdefs.Invalid(prefix+name, n, "buffer holds %d bytes, needs %d", n, b.need[i])
 	}
 	b.addr[i] = cuda.DevicePtr(dm.DevicePointer())
 	return nil

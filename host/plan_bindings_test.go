@@ -190,3 +190,19 @@ func TestLaunchConfigCarriesEarlyStart(t *testing.T) {
 	ln.Programmatic = false
 	assert.False(t, launchConfig(ln).Programmatic)
 }
+
+// A run that binds the same buffers again allocates nothing while it
+// resolves and packs them: this is the exported path's per-call work.
+func TestResolveAndPackDoNotAllocate(t *testing.T) {
+	b, params, slots := twoLaunchBindings(t)
+	io := map[string]device.Buffer{"x": gpuBuffer{size: 1024, ptr: 0x20000}, "y": gpuBuffer{size: 2048, ptr: 0x30000}}
+	args := []*cuda.Args{cuda.NewArgs(), cuda.NewArgs()}
+	run := func() {
+		require.NoError(t, b.resolve(io))
+		for i := range params {
+			b.pack(args[i], params[i], slots[i])
+		}
+	}
+	run()
+	assert.Zero(t, testing.AllocsPerRun(100, run))
+}

@@ -10,7 +10,8 @@ against the whole call shows what the launches between them cost. The
 whole call is timed before and after the parts, which shows how much the
 order of timing moves a figure. A stream-K variant's main kernel is not
 timed alone (its column reads 0): without xprep to clear its tile
-counters, the launches after the first would not wait for partials.
+counters and ticket, the launches after the first would not wait for
+partials, and the kernel stops on a ticket past its blocks.
 """
 import argparse
 import sys
