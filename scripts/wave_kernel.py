@@ -238,7 +238,8 @@ def run_bench(configs, tokens: int):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=("correctness", "bench"))
-    ap.add_argument("--configs", help="NT:WR:WK[:NS[:NSB[:KS]]],... in place of the rule's (NS 0: as many as fit)")
+    ap.add_argument("--configs", help="NT:WR:WK[:NS[:NSB[:KS]]][:K=V...],... in place of the rule's (NS 0: as many as fit; "
+                                      "K=V: a wave.cu macro)")
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--shapes", help="INxOUT,... in place of the five benchmark shapes")
     ap.add_argument("--main-only", action="store_true", help="also time the main kernel alone")
@@ -248,7 +249,8 @@ def main():
     ap.add_argument("--sass", action="store_true", help="print the main kernel's SASS instruction mix")
     ap.add_argument("--define", action="append", default=[], help="extra wave.cu macro K=V on every variant")
     ap.add_argument("--variant", action="append", default=[],
-                    help="K=V[:K=V...]: also run the rule's configuration with these macros (repeatable)")
+                    help="K=V[:K=V...]: also run the rule's configuration with these macros (repeatable; "
+                         "the KC_DIAG_ ones give wrong outputs, so pair them with --only bench)")
     ap.add_argument("--xp-pdl", action="store_true", help="launch xprep with early start too")
     args = ap.parse_args()
     EXTRA.update({k: int(v) for k, v in (d.split("=") for d in args.define)})
