@@ -150,7 +150,15 @@ def shape_configs(configs, out_f: int, in_f: int):
     if configs:
         return configs
     base = wave_config(out_f, ak.SMS, in_f)
-    return [base] + [finish(dict(base, **v)) for v in VARIANTS]
+    out = [base]
+    for v in VARIANTS:
+        cfg = dict(base, **v)
+        if any(k in v for k in ("NT", "WR", "WK", "KS")):   # other rows or warps: size the rings anew
+            for k in ("NS", "NSB"):
+                if k not in v:
+                    cfg.pop(k)
+        out.append(finish(cfg))
+    return out
 
 
 def sass_mix(cubin, function: str) -> str:
@@ -244,7 +252,8 @@ def main():
     ap.add_argument("--shapes", help="INxOUT,... in place of the five benchmark shapes")
     ap.add_argument("--main-only", action="store_true", help="also time the main kernel alone")
     ap.add_argument("--once", action="store_true",
-                    help="only launch one call of the last variant at the first shape, for Nsight Compute "
+                    help="only launch one call of the last variant (--configs', else --variant's, else the rule's) "
+                         "at --shapes' first shape, else 8192x28672, for Nsight Compute "
                          "(ncu --clock-control none -k regex:'^affine_wave$' -c 1 ...)")
     ap.add_argument("--sass", action="store_true", help="print the main kernel's SASS instruction mix")
     ap.add_argument("--define", action="append", default=[], help="extra wave.cu macro K=V on every variant")
@@ -253,6 +262,8 @@ def main():
                          "the KC_DIAG_ ones give wrong outputs, so pair them with --only bench)")
     ap.add_argument("--xp-pdl", action="store_true", help="launch xprep with early start too")
     args = ap.parse_args()
+    if args.configs and args.variant:
+        ap.error("--variant applies to the rule's variant; with --configs, put the macros in each entry (NT:WR:WK:...:K=V)")
     EXTRA.update({k: int(v) for k, v in (d.split("=") for d in args.define)})
     global XP_PDL
     XP_PDL = args.xp_pdl

@@ -50,7 +50,7 @@ const (
 	wgStreamKStagesPerSM = 4
 	// wgMaxWorkspace bounds the workspace: the permuted copy of x the kernel
 	// stages from, the token scales and, with a split K, the fp32 sums or,
-	// with stream-K, the tile counters and partial sums.
+	// with stream-K, the tile counters, the ticket and the partial sums.
 	wgMaxWorkspace = 2 << 30
 )
 
@@ -359,7 +359,8 @@ func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) 
 // workspaceBytes is the permuted copy of x, one stage per token tile and
 // group, then one float scale (sigma) per token of the padded tiles, then
 // with a split K outside a cluster the fp32 sums of y, or with stream-K
-// the tile counters and the blocks' partial sums.
+// the tile counters, the ticket that numbers the stream-K blocks, and the
+// blocks' partial sums.
 func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 	tiles := int64(c.tiles(req))
 	n := tiles*int64(req.InFeatures/64)*int64(c.stageBytes()) + tiles*int64(c.BN)*4
@@ -435,7 +436,8 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 	}
 	// The main kernel and the reduction start early (programmatic
 	// dependent launch): the main kernel's weight copies and set-up
-	// overlap the end of the preparation, and each waits for the kernel
+	// overlap the end of the preparation (but for stream-K blocks, which
+	// wait for it to take their ticket), and each waits for the kernel
 	// ahead of it before it reads the workspace (wg.cu, kc_grid_wait).
 	l.main = gpukernel.Launch{
 		Grid: [3]uint32{uint32(c.mainBlocks(req)), 1, 1}, Block: [3]uint32{uint32(128*c.WGS + 128), 1, 1},

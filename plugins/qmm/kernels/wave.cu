@@ -93,6 +93,15 @@ typedef unsigned long long u64;
 #ifndef KS
 #define KS 1   // blocks of a thread-block cluster that share a block's rows, each over 1/KS of the lines
 #endif
+#ifndef KC_DIAG_NOMATH
+#define KC_DIAG_NOMATH 0   // diagnostics (see the header): 1 releases each line unread
+#endif
+#ifndef KC_DIAG_NOFEED
+#define KC_DIAG_NOFEED 0   // 1 copies nothing
+#endif
+#if KC_DIAG_NOMATH && KC_DIAG_NOFEED
+#error "KC_DIAG_NOMATH and KC_DIAG_NOFEED together would wait for lines never copied"
+#endif
 #if KS != 1 && KS != 2 && KS != 4 && KS != 8
 #error "KS must be 1, 2, 4 or 8 (a portable cluster)"
 #endif
@@ -353,7 +362,7 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     __syncthreads();
 
     if (warp == CW) {   // producer
-#ifdef KC_DIAG_NOFEED
+#if KC_DIAG_NOFEED
         if (false) {   // diagnostic: the arithmetic alone, on whatever shared memory holds (outputs wrong)
 #else
         if (lane == 0) {
@@ -414,7 +423,7 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 
     for (int L = kk; L < lines; L += WK) {   // this warp's lines (1-4 % faster than skipping the others')
         const int slot = L % NS, u = L >> 1, sslot = u % NSB, l = L & 1;
-#ifdef KC_DIAG_NOMATH
+#if KC_DIAG_NOMATH
         {   // diagnostic: the feed alone, each line released unread (outputs wrong)
             kc_bar_wait(kc_smem(&full[slot]), (L / NS) & 1);
             kc_bar_wait(kc_smem(&sfull[sslot]), (u / NSB) & 1);
@@ -427,7 +436,7 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         }
 #endif
         {
-#ifndef KC_DIAG_NOFEED
+#if !KC_DIAG_NOFEED
             kc_bar_wait(kc_smem(&full[slot]), (L / NS) & 1);
             kc_bar_wait(kc_smem(&sfull[sslot]), (u / NSB) & 1);
 #endif

@@ -313,7 +313,9 @@ KC_DEV void kc_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
 // it finishes, and waits for it (kc_grid_wait: that grid has completed and
 // its writes are visible) before touching the workspace or y. Each kernel
 // releases its dependents at its start, so that the next one's blocks can
-// be placed as soon as SMs free up. Both are no-ops in an ordinary launch.
+// be placed as soon as SMs free up (stream-K blocks then wait for xprep
+// before anything else, to take their ticket). Both are no-ops in an
+// ordinary launch.
 KC_DEV void kc_grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 KC_DEV void kc_grid_release() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
@@ -641,6 +643,15 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const bool whole = (int)blockIdx.x < full;
     const int nsplit = whole ? 1 : splits;
     const int split = whole ? 0 : ((int)blockIdx.x - full) % splits;
+    kc_grid_release();
+#ifdef KC_TIMELINE
+    if (tid == 0) {
+        KC_TL(0);
+        u32 sm;
+        asm("mov.u32 %0, %%smid;" : "=r"(sm));
+        if (blockIdx.x < 4096) kc_tl[blockIdx.x][8] = sm;
+    }
+#endif
 #if !STREAMK
     const int block = whole ? (int)blockIdx.x : full + ((int)blockIdx.x - full) / splits;
     const int bid = block / per_band, rem = block - bid * per_band;
@@ -702,8 +713,9 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             g0 = split * wstages / nsplit * AG;
             n = min(groups, (split + 1) * wstages / nsplit * AG) - g0;
         } else {
-            // 32-bit arithmetic on the launch's parameters, so that it stays
-            // warp-uniform: the plan keeps units * sk below 2^31.
+            // 32-bit arithmetic on the launch's parameters and the ticket, so
+            // that it stays uniform across the block: the plan keeps units * sk
+            // below 2^31 (and the ticket is below sk).
             const int run0 = skb * units / sk, run1 = (skb + 1) * units / sk;
             auto segment = [&](int tr, int& r0, int& tt, int& sg0, int& sn) {
                 const int first = tr * wstages, last = first + wstages;
@@ -728,15 +740,6 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         }
     }
     __builtin_assume(na >= 0 && g0 >= 0);   // (ring positions: unsigned arithmetic)
-#endif
-    kc_grid_release();
-#ifdef KC_TIMELINE
-    if (tid == 0) {
-        KC_TL(0);
-        u32 sm;
-        asm("mov.u32 %0, %%smid;" : "=r"(sm));
-        if (blockIdx.x < 4096) kc_tl[blockIdx.x][8] = sm;
-    }
 #endif
 #if CLUSTER
     // A cluster is the shares of one tile (or whole tiles, which do not
@@ -779,7 +782,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         if (warp == WGS * 4) {
             // x: one bulk copy per group, issued by one lane.
             if (lane == 0) {
-                kc_grid_wait();   // the preparation's stages (the weight warps start at once)
+                kc_grid_wait();   // the preparation's stages (the weight warps start at once, but for stream-K blocks, which waited for their ticket)
                 KC_TL(7);
                 // Each segment: groups [sg0, sg0 + sn) of token tile tl, from
                 // ring position i0 (without stream-K, one segment).
