@@ -157,7 +157,10 @@ def shape_configs(configs, out_f: int, in_f: int):
             for k in ("NS", "NSB"):
                 if k not in v:
                     cfg.pop(k)
-        out.append(finish(cfg))
+        try:
+            out.append(finish(cfg))
+        except ValueError as e:   # a variant whose rings cannot fit at this shape
+            print(f"# {in_f}->{out_f}: variant {v} skipped: {e}", flush=True)
     return out
 
 
