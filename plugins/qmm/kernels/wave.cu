@@ -423,22 +423,18 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 
     for (int L = kk; L < lines; L += WK) {   // this warp's lines (1-4 % faster than skipping the others')
         const int slot = L % NS, u = L >> 1, sslot = u % NSB, l = L & 1;
-#if KC_DIAG_NOMATH
-        {   // diagnostic: the feed alone, each line released unread (outputs wrong)
+        {
+#if !KC_DIAG_NOFEED
             kc_bar_wait(kc_smem(&full[slot]), (L / NS) & 1);
             kc_bar_wait(kc_smem(&sfull[sslot]), (u / NSB) & 1);
-            __syncwarp();
+#endif
+#if KC_DIAG_NOMATH
+            __syncwarp();   // diagnostic: the feed alone, each line released unread (outputs wrong)
             if (lane == 0) {
                 kc_bar_arrive(kc_smem(&empty[slot]));
                 kc_bar_arrive(kc_smem(&sempty[sslot]));
             }
             continue;
-        }
-#endif
-        {
-#if !KC_DIAG_NOFEED
-            kc_bar_wait(kc_smem(&full[slot]), (L / NS) & 1);
-            kc_bar_wait(kc_smem(&sfull[sslot]), (u / NSB) & 1);
 #endif
             const u32 wl = sbase + slot * LINE_BYTES;
             const u32 xl = wl + WLINE_BYTES;
