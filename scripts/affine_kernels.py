@@ -1089,9 +1089,15 @@ def _copies(nbytes: int) -> int:
     return max(2, -(-3 * L2_BYTES // max(nbytes, 1)))
 
 
+POWER = False     # --power: time_launches also samples the SM clock and power draw (scripts/gpu_power.py)
+LAST_POWER = ""   # the last time_launches' sample under --power
+
+
 def time_launches(fns, target_s=0.02, reps=5) -> float:
     """Median seconds per launch of the callables fns (each one launch), via a CUDA graph
-    that repeats the list enough times to run ~target_s."""
+    that repeats the list enough times to run ~target_s. Under POWER it then
+    replays the graph for about a second with the clock and power sampled
+    (LAST_POWER)."""
     import torch
     for f in fns:           # warm-up (module load, attributes) outside capture
         f()
@@ -1118,6 +1124,14 @@ def time_launches(fns, target_s=0.02, reps=5) -> float:
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) * 1e-3 / (m * len(fns)))
+    global LAST_POWER
+    if POWER:   # --power: replay for about a second more while the clock and power are sampled
+        import gpu_power
+        with gpu_power.Sampler() as sampler:
+            for _ in range(max(1, int(1.0 / max(min(times), 1e-9) / (m * len(fns))))):
+                g.replay()
+            torch.cuda.synchronize()
+        LAST_POWER = sampler.summary()
     del g
     times.sort()
     return times[len(times) // 2]
@@ -1214,6 +1228,7 @@ def run_bench(quick: bool, sweep: bool):
             ya = torch.empty((t, out_f), device="cuda", dtype=torch.bfloat16)
             torch_fns = [lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense]
             before = time_launches(torch_fns)
+            power_before = LAST_POWER
             rows = []
             if t <= 8:
                 rows.append(("gemv", gemv_config(bits, group, t, in_f, out_f), True))
@@ -1239,12 +1254,14 @@ def run_bench(quick: bool, sweep: bool):
             timed = []
             for kind, cfg, default in rows:
                 try:
-                    timed.append((kind, cfg, default, bench_kernel(kind, wt, qcopies, x, t, cfg)))
+                    timed.append((kind, cfg, default, bench_kernel(kind, wt, qcopies, x, t, cfg), LAST_POWER))
                 except Exception as e:   # a sweep variant may fail to launch
                     print(f"{in_f:6d}->{out_f:<6d} {t:4d}  {kind} {cfg}: {type(e).__name__}: {e}")
             after = time_launches(torch_fns)
             anchor = (before + after) / 2
-            for kind, cfg, default, ts in timed:
+            if POWER:
+                print(f"{in_f:6d}->{out_f:<6d} {t:4d}  torch: {power_before} / {LAST_POWER}", flush=True)
+            for kind, cfg, default, ts, power in timed:
                 sp = anchor / ts
                 bw = wt.nbytes() / ts / 1e12
                 label = kind if default else kind + "*"
@@ -1252,6 +1269,8 @@ def run_bench(quick: bool, sweep: bool):
                 extra = ""
                 if sweep:
                     extra = "  " + " ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("BITS", "GROUP"))
+                if POWER:
+                    extra += f"  [{power}]"
                 print(f"{in_f:6d}->{out_f:<6d} {t:4d} {anchor * 1e6:9.1f} | {label:6s} {ts * 1e6:8.1f} {sp:7.2f} {bw:6.2f}  "
                       f"{tgt}  (torch {before * 1e6:.1f} / {after * 1e6:.1f}){extra}", flush=True)
                 results.append((in_f, out_f, t, label, anchor, ts, sp, bw, tgt))
@@ -1835,6 +1854,8 @@ def print_resources():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
+    ap.add_argument("--power", action="store_true",
+                    help="after each timing, replay it for a second with the SM clock and power draw sampled (nvidia-smi)")
     ap.add_argument("--only", choices=("correctness", "bench"), help="run one part")
     ap.add_argument("--sweep", action="store_true", help="also time alternative launch configs")
     ap.add_argument("--resources", action="store_true", help="print ptxas usage of every variant")
@@ -1864,7 +1885,8 @@ def main():
     ap.add_argument("--stream-pdl-tokens", type=int, default=8,
                     help="the most tokens at which the stream kernel is launched with early start (the plugins: 8)")
     args = ap.parse_args()
-    global KERNELS, WG_PDL, STREAM_PDL_TOKENS, TMA_L2PROMO
+    global KERNELS, WG_PDL, STREAM_PDL_TOKENS, TMA_L2PROMO, POWER
+    POWER = args.power
     STREAM_PDL_TOKENS = args.stream_pdl_tokens
     TMA_L2PROMO = args.tma_l2
     KERNELS = tuple(args.kernel or ())

@@ -8,7 +8,7 @@ at the issue's five shapes against torch's bf16 matmul and qmm/bulk in the
 same run (CUDA graphs, weights rotated beyond L2, as affine_kernels.py).
 
     python3 scripts/wave_kernel.py [--only correctness|bench] [--configs NT:WR:WK[:NS[:NSB[:KS]]][:K=V...],...]
-        [--variant K=V[:K=V...]] [--shapes INxOUT,...] [--tokens 16] [--main-only] [--once]
+        [--variant K=V[:K=V...]] [--shapes INxOUT,...] [--tokens 16] [--main-only] [--once] [--power]
 """
 import argparse
 import re
@@ -221,25 +221,31 @@ def run_bench(configs, tokens: int):
         ya = torch.empty((tokens, out_f), device="cuda", dtype=torch.bfloat16)
         torch_fns = [lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense]
         before = ak.time_launches(torch_fns)
+        power_before = ak.LAST_POWER
         rows = []
+        timed = lambda fns: (ak.time_launches(fns), ak.LAST_POWER)
         bcfg = ak.bulk_config(4, 64, tokens, in_f, out_f)
         if bcfg:
-            rows.append(("bulk", bcfg, ak.bench_kernel("bulk", wt, copies, x, tokens, bcfg)))
+            rows.append(("bulk", bcfg, (ak.bench_kernel("bulk", wt, copies, x, tokens, bcfg), ak.LAST_POWER)))
         for cfg in shape_configs(configs, out_f, in_f):
             y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
             fns, keep = ak.rotated_launchers(copies, lambda w, s, b: launcher(cfg, wt, x, y, tokens, w, s, b))
-            rows.append(("wave", cfg, ak.time_launches(fns)))
+            rows.append(("wave", cfg, timed(fns)))
             if MAIN_ONLY:
                 for f in fns:
                     f()
-                rows.append(("wave main", cfg, ak.time_launches([f.main for f in fns])))
-                rows.append(("wave prep", cfg, ak.time_launches([f.prep for f in fns])))
-                rows.append(("wave nopdl", cfg, ak.time_launches([f.plain for f in fns])))
-                rows.append(("prep nopdl", cfg, ak.time_launches([f.prep_plain for f in fns])))
+                rows.append(("wave main", cfg, timed([f.main for f in fns])))
+                rows.append(("wave prep", cfg, timed([f.prep for f in fns])))
+                rows.append(("wave nopdl", cfg, timed([f.plain for f in fns])))
+                rows.append(("prep nopdl", cfg, timed([f.prep_plain for f in fns])))
         after = ak.time_launches(torch_fns)
         anchor = (before + after) / 2
-        for kind, cfg, ts in rows:
+        if ak.POWER:
+            print(f"{in_f:6d}->{out_f:<6d} {tokens:4d}  torch: {power_before} / {ak.LAST_POWER}", flush=True)
+        for kind, cfg, (ts, power) in rows:
             extra = " ".join(f"{k}={v}" for k, v in cfg.items())
+            if ak.POWER:
+                extra += f"  [{power}]"
             print(f"{in_f:6d}->{out_f:<6d} {tokens:4d} {anchor * 1e6:9.1f} | {kind:8s} {ts * 1e6:8.1f} "
                   f"{anchor / ts:7.2f} {wt.nbytes() / ts / 1e12:6.2f}  {extra}", flush=True)
         del copies, dense, wt
@@ -264,7 +270,10 @@ def main():
                     help="K=V[:K=V...]: also run the rule's configuration with these macros (repeatable; "
                          "the KC_DIAG_ ones give wrong outputs, so pair them with --only bench)")
     ap.add_argument("--xp-pdl", action="store_true", help="launch xprep with early start too")
+    ap.add_argument("--power", action="store_true",
+                    help="after each timing, replay it for a second with the SM clock and power draw sampled (nvidia-smi)")
     args = ap.parse_args()
+    ak.POWER = args.power
     if args.configs and args.variant:
         ap.error("--variant applies to the rule's variant; with --configs, put the macros in each entry (NT:WR:WK:...:K=V)")
     EXTRA.update({k: int(v) for k, v in (d.split("=") for d in args.define)})

@@ -67,9 +67,16 @@
 // Diagnostics (development only; the outputs are wrong): KC_DIAG_NOMATH
 // releases each line unread (the feed alone), KC_DIAG_NOFEED copies
 // nothing and computes on whatever shared memory holds (the arithmetic
-// alone). Eighteenth session, 16 tokens, the product alone: 8192->28672
-// 41.4-42.9 us, the feed alone 34.5, the arithmetic alone 31.4;
-// 28672->8192 47.4-47.9, 36.1 and 40.6 (bench/NOTES.md).
+// alone), KC_DIAG_RACE runs both side by side without waiting on each
+// other (the copier reuses a slot once its last copy has landed, the
+// consumers never wait): what perfect overlap would give. Nineteenth
+// session, 16 tokens, the product alone (bench/NOTES.md): 8192->28672
+// 40.7 us, side by side 38.4, the feed alone 33.4, the arithmetic alone
+// 30.1; 28672->8192 44.9, 44.7, 35.8 and 30.9. At these two shapes the
+// 700 W power cap lowers the SM clock to about 1750 MHz once the feed and
+// the arithmetic run together (each alone runs at 1980), so the two add up
+// by power, not by waiting; at 4096->14336 (13.4, side by side 9.4) the
+// waiting is what costs.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -99,8 +106,11 @@ typedef unsigned long long u64;
 #ifndef KC_DIAG_NOFEED
 #define KC_DIAG_NOFEED 0   // 1 copies nothing
 #endif
-#if KC_DIAG_NOMATH && KC_DIAG_NOFEED
-#error "KC_DIAG_NOMATH and KC_DIAG_NOFEED together would wait for lines never copied"
+#ifndef KC_DIAG_RACE
+#define KC_DIAG_RACE 0     // 1 runs the feed and the arithmetic side by side, unsynchronised
+#endif
+#if KC_DIAG_NOMATH + KC_DIAG_NOFEED + KC_DIAG_RACE > 1
+#error "the diagnostics KC_DIAG_NOMATH, KC_DIAG_NOFEED and KC_DIAG_RACE exclude each other"
 #endif
 #if KS != 1 && KS != 2 && KS != 4 && KS != 8
 #error "KS must be 1, 2, 4 or 8 (a portable cluster)"
@@ -372,7 +382,11 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             // and L + 1 into slot (L / 2) % NSB.
             auto issue_sb = [&](int L) {
                 const int u = L >> 1, slot = u % NSB;
+#if KC_DIAG_RACE
+                if (u >= NSB) kc_bar_wait(kc_smem(&sfull[slot]), ((u / NSB) - 1) & 1);   // its last copy landed
+#else
                 if (u >= NSB) kc_bar_wait(kc_smem(&sempty[slot]), ((u / NSB) - 1) & 1);
+#endif
                 const u32 bar = kc_smem(&sfull[slot]), dst = sbbase + slot * 2 * SB_BYTES;
                 kc_bar_expect(bar, 2 * SB_BYTES);
                 kc_tma2d(dst, &smap, (L0 / 2 + u) * 8, row0, bar);
@@ -380,7 +394,11 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             };
             auto issue_w = [&](int L) {
                 const int slot = L % NS;
+#if KC_DIAG_RACE
+                if (L >= NS) kc_bar_wait(kc_smem(&full[slot]), ((L / NS) - 1) & 1);   // its last copy landed
+#else
                 if (L >= NS) kc_bar_wait(kc_smem(&empty[slot]), ((L / NS) - 1) & 1);
+#endif
                 const u32 bar = kc_smem(&full[slot]);
                 kc_bar_expect(bar, WLINE_BYTES + XLINE_BYTES);
                 kc_tma2d(sbase + slot * LINE_BYTES, &wmap, (L0 + L) * 32, row0, bar);
@@ -404,6 +422,11 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 issue_w(L);
                 issue_x(L);
             }
+#if KC_DIAG_RACE
+            // no copy may be in flight when the block ends
+            for (int L = max(0, lines - NS); L < lines; ++L) kc_bar_wait(kc_smem(&full[L % NS]), (L / NS) & 1);
+            for (int u = max(0, lines / 2 - NSB); u < lines / 2; ++u) kc_bar_wait(kc_smem(&sfull[u % NSB]), (u / NSB) & 1);
+#endif
         }
         __syncwarp();
 #if KS > 1
@@ -424,7 +447,7 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     for (int L = kk; L < lines; L += WK) {   // this warp's lines (1-4 % faster than skipping the others')
         const int slot = L % NS, u = L >> 1, sslot = u % NSB, l = L & 1;
         {
-#if !KC_DIAG_NOFEED
+#if !KC_DIAG_NOFEED && !KC_DIAG_RACE
             kc_bar_wait(kc_smem(&full[slot]), (L / NS) & 1);
             kc_bar_wait(kc_smem(&sfull[sslot]), (u / NSB) & 1);
 #endif
@@ -483,7 +506,7 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const float sg0 = __uint_as_float(kc_lds32(xl + 17 * 512 + gid * 4));
             const float sg1 = __uint_as_float(kc_lds32(xl + 17 * 512 + (gid + 8) * 4));
             __syncwarp();
-            if (lane == 0) {
+            if (lane == 0 && !KC_DIAG_RACE) {
                 kc_bar_arrive(kc_smem(&empty[slot]));
                 kc_bar_arrive(kc_smem(&sempty[sslot]));
             }
