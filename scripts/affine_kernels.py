@@ -860,7 +860,7 @@ def check(y, ref):
     detail = f"rel {rel:.2e} worst {worst:.2f}xtol"
     if not ok:
         t, o = divmod(idx, y.shape[1])
-        detail += f" at [t={t}, o={o}] got {float(yd.view(-1)[idx]):.5g} want {float(ref.view(-1)[idx]):.5g}"
+        detail += f" at [t={t}, o={o}] got {float(yd.reshape(-1)[idx]):.5g} want {float(ref.reshape(-1)[idx]):.5g}"
         if not finite:
             detail += f" ({int((~torch.isfinite(yd)).sum())} non-finite)"
     return ok, detail

@@ -34,18 +34,33 @@ def line_bytes(r: int) -> int:
     return -(-(r * 128 + XLINE) // 1024) * 1024
 
 
+PAIR_MIN_LINES = 56   # wavePairMinLines
+
+
 def wave_config(out_f: int, sms: int, in_f: int = 0) -> dict:
     """chooseWave in plugins/qmm/wave.go. Rows per block: out/SMs rounded up
     to 8, at most 256; below 64 rows, KS (2, 4 or 8) blocks, a thread-block
     cluster that splits the lines, take out/(SMs/KS) rows, while in_f
-    divides into their pairs of lines; WR row groups (a power of two, at
-    least 2) of NT <= 8 n-tiles; 8 consumer warps; as many line slots as
-    fit."""
+    divides into their pairs of lines; at exactly 64 rows, clusters of two
+    where each block keeps PAIR_MIN_LINES lines and two line slots per K
+    warp fit; WR row groups (a power of two, at least 2) of NT <= 8
+    n-tiles; 8 consumer warps; as many line slots as fit."""
     tiles = lambda ks: min(-(-out_f // (8 * max(sms // ks, 1))), 32)   # a tensor-map box holds at most 256 rows
     ks = 1
     while 8 * tiles(ks) < 64 and ks < 8 and in_f and in_f % (512 * 2 * ks) == 0:
         ks *= 2
-    n8 = tiles(ks)
+    if ks == 1 and 8 * tiles(1) == 64 and in_f and in_f % 1024 == 0 and in_f // 512 >= PAIR_MIN_LINES:
+        try:
+            cfg = _ring(tiles(2), 2)
+            if cfg["NS"] >= 2 * cfg["WK"]:
+                return cfg
+        except ValueError:
+            pass
+    return _ring(tiles(ks), ks)
+
+
+def _ring(n8: int, ks: int) -> dict:
+    """waveRing: blocks of n8 n-tiles in clusters of ks."""
     wr = 2   # at least two row groups: at most 4 K warps, so the ring takes multiples of 4 line slots
     while -(-n8 // wr) > 8:
         wr *= 2
@@ -193,6 +208,10 @@ def run_correctness(configs) -> bool:
         x = x.to(torch.bfloat16)
         ref = wt.reference(x)
         for cfg in shape_configs(configs, out_f, in_f):
+            if in_f % (512 * cfg.get("KS", 1)):
+                print(f"skip {in_f:6d}->{out_f:<6d} {cfg}: in_features is not a multiple of {512 * cfg.get('KS', 1)} "
+                      "(whole pairs of lines per block of the cluster)", flush=True)
+                continue
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")   # bf16 NaN
             run, keep = launcher(cfg, wt, x, y, t)
             run()

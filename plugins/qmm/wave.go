@@ -43,6 +43,15 @@ const (
 	// there the rows of several blocks go to a cluster that splits the
 	// lines.
 	waveMaxRows, waveMinRows = 256, 64
+	// wavePairMinLines is the fewest lines a block of a cluster of two
+	// must keep for chooseWave to give blocks of waveMinRows rows twice the
+	// rows in such clusters: each block then streams half as much x per
+	// weight byte, which pays where the product is held back by the power
+	// cap (28672->8192 at 16 tokens, 56 lines a block: 46.5-47.0 us against
+	// 48.4-49.1) and costs where the blocks have few lines (40 at 20480
+	// inputs: 36.3 against 35.5-35.7; 28 at 14336: 28.1 against 26.7-27.0;
+	// bench/NOTES.md, nineteenth session).
+	wavePairMinLines = 56
 	// waveWarps is the consumer warps of a block; waveMaxLineSlots caps
 	// its ring of lines.
 	waveWarps, waveMaxLineSlots = 8, 16
@@ -169,7 +178,10 @@ type waveConfig struct {
 //     of blocks), at most waveMaxRows/8; where that gives fewer than
 //     waveMinRows rows, a cluster of KS blocks (2, 4 or 8, while the inputs
 //     split into whole pairs of lines per block) takes the rows of KS
-//     blocks and each block a part of the lines;
+//     blocks and each block a part of the lines; where it gives exactly
+//     waveMinRows and a block of a cluster of two would still stream
+//     wavePairMinLines lines, a cluster of two (where two line slots per
+//     K warp fit);
 //   - WR row groups (a power of two, at least 2) of NT <= 8 n-tiles, so
 //     rows round up to a multiple of 8 WR, and waveWarps consumer warps;
 //   - line and scale slots as below.
@@ -183,7 +195,19 @@ func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 	for 8*tiles(ks) < waveMinRows && ks < waveMaxCluster && req.InFeatures%(2*waveLine*2*ks) == 0 {
 		ks *= 2
 	}
-	n8 := tiles(ks)
+	if ks == 1 && 8*tiles(1) == waveMinRows && req.InFeatures%(2*waveLine*2) == 0 && req.InFeatures/waveLine/2 >= wavePairMinLines {
+		// twice the rows over half the lines, where two line slots per K
+		// warp still fit (as measured)
+		if c, ok := waveRing(tiles(2), 2, maxShared); ok && c.NS >= 2*c.WK {
+			return c, true
+		}
+	}
+	return waveRing(tiles(ks), ks, maxShared)
+}
+
+// waveRing is the variant for blocks of n8 n-tiles in clusters of ks, with
+// as many line slots as fit maxShared; false when not even WK fit.
+func waveRing(n8, ks, maxShared int) (waveConfig, bool) {
 	// At least two row groups: at most 4 K warps, so that the ring may take
 	// 12 line slots (a multiple of WK) where 8 would be all that WK 8
 	// allowed; 28672->8192 at 16 tokens in 64-row blocks: 47.6 us against

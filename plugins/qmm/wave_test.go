@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -20,7 +21,8 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 		want string
 	}{
 		{int4Request(16, 8192, 28672), "rows=224 NT=7 WR=4 WK=2 NS=4 NSB=3"},
-		{int4Request(16, 28672, 8192), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6"},
+		{int4Request(16, 28672, 8192), "rows=128 NT=8 WR=2 WK=4 NS=8 NSB=4 in clusters of 2 over the inputs"},
+		{int4Request(16, 20480, 8192), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6"},
 		{int4Request(9, 4096, 14336), "rows=112 NT=7 WR=2 WK=4 NS=8 NSB=6"},
 		{int4Request(13, 1024, 65536), "rows=256 NT=8 WR=4 WK=2"},
 		{int4Request(16, 4096, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2 over the inputs"},
@@ -30,6 +32,9 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 		adm := qmmWave{}.Admit(c.req, hopper())
 		assert.True(t, adm.Admitted, "%s: %s", c.req.Key(), adm.Reason)
 		assert.Contains(t, adm.Reason, c.want, c.req.Key())
+		if !strings.Contains(c.want, "clusters") {
+			assert.NotContains(t, adm.Reason, "clusters", c.req.Key())
+		}
 	}
 
 	for _, c := range []struct {
@@ -58,6 +63,24 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 	}
 }
 
+// Blocks of 64 rows take twice the rows in clusters of two over long
+// inputs only where two line slots per K warp still fit.
+func TestWavePairsOnlyWhereTwoSlotsPerWarpFit(t *testing.T) {
+	req := int4Request(16, 28672, 8192)
+	hw := hopper()
+	c, why := waveAdmit(req, hw)
+	require.Empty(t, why)
+	assert.Equal(t, 2, c.KS)
+	assert.Equal(t, 128, c.rows())
+	assert.GreaterOrEqual(t, c.NS, 2*c.WK)
+
+	hw.Limits.MaxSharedPerBlock = 150 << 10 // four slots of 128 rows fit, eight do not
+	c, why = waveAdmit(req, hw)
+	require.Empty(t, why)
+	assert.Equal(t, 1, c.KS)
+	assert.Equal(t, 64, c.rows())
+}
+
 // TestWaveVariantsMeetTheKernelsLimits sweeps output sizes, GPU sizes and
 // shared-memory limits: every admitted variant must compile (wave.cu's
 // #error checks: a box of at most 256 rows, the K warps' sums within the
@@ -66,22 +89,24 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 // cover the output with its grid.
 func TestWaveVariantsMeetTheKernelsLimits(t *testing.T) {
 	admitted := 0
-	for _, limit := range []int{0, 99 << 10} {
-		for _, sms := range []int{132, 114, 78, 16} {
-			for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
-				admitted += checkWaveVariant(t, sms, limit, out)
+	for _, in := range []int{4096, 28672} {
+		for _, limit := range []int{0, 99 << 10} {
+			for _, sms := range []int{132, 114, 78, 16} {
+				for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
+					admitted += checkWaveVariant(t, sms, limit, in, out)
+				}
 			}
 		}
 	}
-	assert.Greater(t, admitted, 50)
+	assert.Greater(t, admitted, 100)
 }
 
-// checkWaveVariant checks the variant for 16 tokens of 4096 inputs and out
+// checkWaveVariant checks the variant for 16 tokens of in inputs and out
 // outputs on sms multiprocessors with limit bytes of shared memory a block
 // (0: the H200's); it returns 1 when the request is admitted.
-func checkWaveVariant(t *testing.T, sms, limit, out int) int {
+func checkWaveVariant(t *testing.T, sms, limit, in, out int) int {
 	t.Helper()
-	req := int4Request(16, 4096, out)
+	req := int4Request(16, in, out)
 	hw := hopper()
 	hw.Multiprocessors = sms
 	hw.Limits.MaxSharedPerBlock = limit
@@ -89,7 +114,7 @@ func checkWaveVariant(t *testing.T, sms, limit, out int) int {
 	if why != "" {
 		return 0
 	}
-	name := fmt.Sprintf("%d outputs on %d SMs with %d bytes: %s", out, sms, limit, c.describe())
+	name := fmt.Sprintf("%d->%d on %d SMs with %d bytes: %s", in, out, sms, limit, c.describe())
 	assert.Zero(t, c.NS%c.WK, "%s: a slot's lines are one K warp's", name)
 	assert.Zero(t, 2*c.NSB%c.WK, "%s: a scale slot's pairs of lines are one K warp's", name)
 	assert.GreaterOrEqual(t, c.rows(), waveMinRows, name)

@@ -21,7 +21,10 @@
 // sums leave the block). Where that would be under 64 rows (few outputs),
 // a thread-block cluster of KS blocks takes KS times the rows and each
 // block 1/KS of the lines; the blocks add their sums in distributed shared
-// memory and rank 0 writes y.
+// memory and rank 0 writes y. At exactly 64 rows over long inputs (56 or
+// more lines a block after the split), a cluster of two takes 128 rows:
+// half the x per weight byte, which pays where the power cap holds the
+// product back (28672->8192).
 // A producer warp streams "lines" (256 inputs of each of the R rows: one
 // 128-byte swizzled tensor-map box, with the line's prepared x) into a ring
 // of NS slots, and each pair of lines' scales and biases (8 groups: a box
