@@ -84,10 +84,14 @@ func GPURequests() []sdk.Request {
 		// 128 and of 32 (56 groups per slice)
 		a(9, 2048, 1032, 4, 128, true),
 		a(13, 14336, 4096, 4, 32, false),
-		// qmm/wave: 64-row blocks (eight K warps), the last partial, odd
-		// tokens; 256-row blocks (the most a box holds), more than a wave
+		// qmm/wave: 64-row blocks (four K warps in two row groups), the last
+		// partial, odd tokens; 256-row blocks (the most a box holds), more
+		// than a wave
 		a(11, 3072, 8200, 4, 64, true),
 		a(15, 1024, 34816, 4, 64, true),
+		// qmm/wave over long inputs: 128-row blocks in clusters of two over
+		// halves of the lines, the last row block partial
+		a(13, 28672, 8200, 4, 64, true),
 	}
 }
 
