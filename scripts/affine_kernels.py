@@ -1098,6 +1098,7 @@ def time_launches(fns, target_s=0.02, reps=5) -> float:
     that repeats the list enough times to run ~target_s. Under POWER it then
     replays the graph for about a second with the clock and power sampled
     (LAST_POWER)."""
+    global LAST_POWER
     import torch
     for f in fns:           # warm-up (module load, attributes) outside capture
         f()
@@ -1124,10 +1125,9 @@ def time_launches(fns, target_s=0.02, reps=5) -> float:
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) * 1e-3 / (m * len(fns)))
-    global LAST_POWER
     if POWER:   # --power: replay for about a second more while the clock and power are sampled
         import gpu_power
-        with gpu_power.Sampler() as sampler:
+        with gpu_power.Sampler(gpu_power.device_id(torch)) as sampler:
             for _ in range(max(1, int(1.0 / max(min(times), 1e-9) / (m * len(fns))))):
                 g.replay()
             torch.cuda.synchronize()

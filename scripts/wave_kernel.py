@@ -24,78 +24,21 @@ import affine_kernels as ak  # noqa: E402
 WAVE_CU = ak.ROOT / "plugins" / "qmm" / "kernels" / "wave.cu"
 ak.ENTRY[WAVE_CU] = "affine_wave"
 ak.KIND_OF[WAVE_CU] = "wave"
-MAX_SMEM = 217 * 1024   # leaves room for an xprep block (8 KB) beside a main block
-
-
-XLINE = 17 * 512 + 64
-
-
-def line_bytes(r: int) -> int:
-    return -(-(r * 128 + XLINE) // 1024) * 1024
-
-
-PAIR_MIN_LINES = 56   # wavePairMinLines
-
-
-def wave_config(out_f: int, sms: int, in_f: int = 0) -> dict:
-    """chooseWave in plugins/qmm/wave.go. Rows per block: out/SMs rounded up
-    to 8, at most 256; below 64 rows, KS (2, 4 or 8) blocks, a thread-block
-    cluster that splits the lines, take out/(SMs/KS) rows, while in_f
-    divides into their pairs of lines; at exactly 64 rows, clusters of two
-    where each block keeps PAIR_MIN_LINES lines and two line slots per K
-    warp fit; WR row groups (a power of two, at least 2) of NT <= 8
-    n-tiles; 8 consumer warps; as many line slots as fit."""
-    tiles = lambda ks: min(-(-out_f // (8 * max(sms // ks, 1))), 32)   # a tensor-map box holds at most 256 rows
-    ks = 1
-    while 8 * tiles(ks) < 64 and ks < 8 and in_f and in_f % (512 * 2 * ks) == 0:
-        ks *= 2
-    if ks == 1 and 8 * tiles(1) == 64 and in_f and in_f % 1024 == 0 and in_f // 512 >= PAIR_MIN_LINES:
-        try:
-            cfg = _ring(tiles(2), 2)
-            if cfg["NS"] >= 2 * cfg["WK"]:
-                return cfg
-        except ValueError:
-            pass
-    return _ring(tiles(ks), ks)
-
-
-def _ring(n8: int, ks: int) -> dict:
-    """waveRing: blocks of n8 n-tiles in clusters of ks."""
-    wr = 2   # at least two row groups: at most 4 K warps, so the ring takes multiples of 4 line slots
-    while -(-n8 // wr) > 8:
-        wr *= 2
-    nt = -(-n8 // wr)
-    cfg = dict(NT=nt, WR=wr, WK=max(1, 8 // wr))
-    if ks > 1:
-        cfg["KS"] = ks
-    return finish(cfg)
-
+from wave_rule import XLINE, smem_bytes  # noqa: E402  (the rule, mirrored from wave.go)
+import wave_rule  # noqa: E402
 
 EXTRA = {}   # --define: macros every variant takes (XPL: lines per xprep block, the harness's)
 XP_PDL = False   # --xp-pdl: xprep with early start too (the plugin launches it without)
 
 
+def wave_config(out_f: int, sms: int, in_f: int = 0) -> dict:
+    """The plugin's variant (wave_rule.wave_config), with --define's macros."""
+    return dict(wave_rule.wave_config(out_f, sms, in_f), **EXTRA)
+
+
 def finish(cfg: dict) -> dict:
-    """The line and scale slots (chooseWave): NS a multiple of WK and 2 NSB
-    too (a warp's parity waits are sound only on slots whose every phase it
-    saw); the most line slots that fit, with NS/2 + 1 scale slots rounded up
-    to a multiple of WK/2, or NS/2."""
-    cfg.update(EXTRA)
-    wk, step = cfg["WK"], max(1, cfg["WK"] // 2)
-    if "NS" in cfg:
-        cfg.setdefault("NSB", -(-(cfg["NS"] // 2 + 1) // step) * step)
-        return cfg
-    for ns in range(16 // wk * wk, max(2, wk) - 1, -wk):
-        for nsb in (-(-(ns // 2 + 1) // step) * step, -(-max(ns // 2, 1) // step) * step):
-            if smem_bytes(dict(cfg, NS=ns, NSB=nsb)) <= MAX_SMEM:
-                cfg["NS"], cfg["NSB"] = ns, nsb
-                return cfg
-    raise ValueError(f"no ring fits: {cfg}")
-
-
-def smem_bytes(cfg: dict) -> int:
-    r = 8 * cfg["NT"] * cfg["WR"]
-    return cfg["NS"] * line_bytes(r) + cfg["NSB"] * 2 * r * 16 + 1024
+    """wave_rule.finish (the ring's slots where cfg does not give them), with --define's macros."""
+    return wave_rule.finish(dict(cfg, **EXTRA))
 
 
 def launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None, pdl=True):
@@ -163,7 +106,14 @@ def shape_configs(configs, out_f: int, in_f: int):
     """The configurations to run at one shape: --configs, or the rule's
     and each --variant on top of it."""
     if configs:
-        return configs
+        fits = []
+        for cfg in configs:   # each block of a cluster takes whole pairs of lines
+            if in_f % (512 * cfg.get("KS", 1)):
+                print(f"# {in_f}->{out_f}: {cfg} skipped: in_features is not a multiple of {512 * cfg.get('KS', 1)}",
+                      flush=True)
+            else:
+                fits.append(cfg)
+        return fits
     base = wave_config(out_f, ak.SMS, in_f)
     out = [base]
     for v in VARIANTS:
@@ -208,10 +158,6 @@ def run_correctness(configs) -> bool:
         x = x.to(torch.bfloat16)
         ref = wt.reference(x)
         for cfg in shape_configs(configs, out_f, in_f):
-            if in_f % (512 * cfg.get("KS", 1)):
-                print(f"skip {in_f:6d}->{out_f:<6d} {cfg}: in_features is not a multiple of {512 * cfg.get('KS', 1)} "
-                      "(whole pairs of lines per block of the cluster)", flush=True)
-                continue
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")   # bf16 NaN
             run, keep = launcher(cfg, wt, x, y, t)
             run()
@@ -320,7 +266,10 @@ def main():
             configs.append(finish(cfg))
     if args.once:
         in_f, out_f = ak.BENCH_SHAPES[0] if args.shapes else (8192, 28672)
-        cfg = shape_configs(configs, out_f, in_f)[-1]
+        runnable = shape_configs(configs, out_f, in_f)
+        if not runnable:
+            sys.exit(f"no configuration to launch at {in_f}->{out_f}")
+        cfg = runnable[-1]
         print(f"# one call of {cfg} at {in_f}->{out_f}, {args.tokens} tokens", flush=True)
         wt = ak.Weights(4, 64, in_f, out_f, False, seed=1, keep_dense=False)
         x = (torch.rand((args.tokens, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)

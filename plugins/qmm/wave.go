@@ -71,7 +71,8 @@ const (
 // registers, x scaled per token and line by a power of two into fp16. It
 // serves 9 to 16 tokens of 4-bit weights in groups of 64 where a block
 // holds at least waveMinRows rows (with clusters that split the inputs
-// where the outputs are few); the host times it against qmm/bulk and
+// where the outputs are few, or where the inputs are long enough to halve
+// each block's x per weight byte); the host times it against qmm/bulk and
 // qmm/stream.
 type qmmWave struct{}
 
@@ -179,9 +180,10 @@ type waveConfig struct {
 //     waveMinRows rows, a cluster of KS blocks (2, 4 or 8, while the inputs
 //     split into whole pairs of lines per block) takes the rows of KS
 //     blocks and each block a part of the lines; where it gives exactly
-//     waveMinRows and a block of a cluster of two would still stream
-//     wavePairMinLines lines, a cluster of two (where two line slots per
-//     K warp fit);
+//     waveMinRows rows, a cluster of two would take twice as many, the
+//     inputs split into whole pairs of lines for its two blocks and each
+//     would still stream at least wavePairMinLines lines, such a cluster
+//     takes them (if two line slots per K warp fit; else as above);
 //   - WR row groups (a power of two, at least 2) of NT <= 8 n-tiles, so
 //     rows round up to a multiple of 8 WR, and waveWarps consumer warps;
 //   - line and scale slots as below.
@@ -195,9 +197,13 @@ func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 	for 8*tiles(ks) < waveMinRows && ks < waveMaxCluster && req.InFeatures%(2*waveLine*2*ks) == 0 {
 		ks *= 2
 	}
-	if ks == 1 && 8*tiles(1) == waveMinRows && req.InFeatures%(2*waveLine*2) == 0 && req.InFeatures/waveLine/2 >= wavePairMinLines {
-		// twice the rows over half the lines, where two line slots per K
-		// warp still fit (as measured)
+	pairs := 8*tiles(1) == waveMinRows && tiles(2) == 2*tiles(1)
+	if pairs && req.InFeatures%(2*waveLine*2) == 0 && req.InFeatures/waveLine/2 >= wavePairMinLines {
+		// Twice the rows over half the lines, where two line slots per K
+		// warp still fit, as measured. At 128 rows those take the whole of
+		// waveMaxShared (8 line slots and 4 scale slots: 222208 bytes), so
+		// a smaller budget turns the pairs off; the admission tests would
+		// say so.
 		if c, ok := waveRing(tiles(2), 2, maxShared); ok && c.NS >= 2*c.WK {
 			return c, true
 		}
@@ -206,7 +212,7 @@ func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 }
 
 // waveRing is the variant for blocks of n8 n-tiles in clusters of ks, with
-// as many line slots as fit maxShared; false when not even WK fit.
+// as many line slots as fit maxShared; false when not even max(2, WK) fit.
 func waveRing(n8, ks, maxShared int) (waveConfig, bool) {
 	// At least two row groups: at most 4 K warps, so that the ring may take
 	// 12 line slots (a multiple of WK) where 8 would be all that WK 8

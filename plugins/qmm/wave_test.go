@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,24 +19,29 @@ import (
 
 func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 	for _, c := range []struct {
+		name string
 		req  sdk.Request
 		want string
 	}{
-		{int4Request(16, 8192, 28672), "rows=224 NT=7 WR=4 WK=2 NS=4 NSB=3"},
-		{int4Request(16, 28672, 8192), "rows=128 NT=8 WR=2 WK=4 NS=8 NSB=4 in clusters of 2 over the inputs"},
-		{int4Request(16, 20480, 8192), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6"},
-		{int4Request(9, 4096, 14336), "rows=112 NT=7 WR=2 WK=4 NS=8 NSB=6"},
-		{int4Request(13, 1024, 65536), "rows=256 NT=8 WR=4 WK=2"},
-		{int4Request(16, 4096, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2 over the inputs"},
-		{int4Request(16, 14336, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2"},
-		{int4Request(12, 4096, 2056), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 4"},
+		{"a wave of 224-row blocks", int4Request(16, 8192, 28672), "rows=224 NT=7 WR=4 WK=2 NS=4 NSB=3"},
+		{"pairs over 56 lines a block", int4Request(16, 28672, 8192), "rows=128 NT=8 WR=2 WK=4 NS=8 NSB=4 in clusters of 2 over the inputs"},
+		{"54 lines a block in a pair: 64 rows", int4Request(16, 27648, 8192), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6"},
+		{"57 lines, not whole pairs of lines a block: 64 rows", int4Request(16, 29184, 8192), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6"},
+		{"40 lines a block in a pair: 64 rows", int4Request(16, 20480, 8192), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6"},
+		{"112-row blocks", int4Request(9, 4096, 14336), "rows=112 NT=7 WR=2 WK=4 NS=8 NSB=6"},
+		{"256-row blocks, more than a wave", int4Request(13, 1024, 65536), "rows=256 NT=8 WR=4 WK=2"},
+		{"few outputs: pairs", int4Request(16, 4096, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2 over the inputs"},
+		{"few outputs, long inputs: pairs", int4Request(16, 14336, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2"},
+		{"fewer outputs: clusters of 4", int4Request(12, 4096, 2056), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 4"},
 	} {
-		adm := qmmWave{}.Admit(c.req, hopper())
-		assert.True(t, adm.Admitted, "%s: %s", c.req.Key(), adm.Reason)
-		assert.Contains(t, adm.Reason, c.want, c.req.Key())
-		if !strings.Contains(c.want, "clusters") {
-			assert.NotContains(t, adm.Reason, "clusters", c.req.Key())
-		}
+		t.Run(c.name, func(t *testing.T) {
+			adm := qmmWave{}.Admit(c.req, hopper())
+			assert.True(t, adm.Admitted, adm.Reason)
+			assert.Contains(t, adm.Reason, c.want)
+			if !strings.Contains(c.want, "clusters") {
+				assert.NotContains(t, adm.Reason, "clusters")
+			}
+		})
 	}
 
 	for _, c := range []struct {
@@ -61,6 +68,56 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 			assert.Contains(t, adm.Reason, c.want)
 		})
 	}
+}
+
+// TestWaveRuleMatchesThePythonHarness: scripts/wave_rule.py, by which the
+// GPU harness (scripts/wave_kernel.py) checks and times "the plugin's
+// variant", picks what chooseWave picks, over SM counts, input and output
+// sizes. Skipped where python3 is not installed.
+func TestWaveRuleMatchesThePythonHarness(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed: scripts/wave_rule.py is not compared with chooseWave")
+	}
+	type shape struct{ sms, in, out int }
+	var shapes []shape
+	var stdin strings.Builder
+	for _, sms := range []int{132, 114, 78, 16, 7, 1} {
+		for _, in := range []int{512, 4096, 14336, 20480, 27648, 28672, 29184, 57344} {
+			for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
+				shapes = append(shapes, shape{sms, in, out})
+				fmt.Fprintf(&stdin, "%d %d %d\n", sms, in, out)
+			}
+		}
+	}
+	cmd := exec.Command(python, filepath.Join("..", "..", "scripts", "wave_rule.py"))
+	cmd.Stdin = strings.NewReader(stdin.String())
+	out, err := cmd.Output()
+	require.NoError(t, err, "python3 scripts/wave_rule.py")
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, len(shapes))
+	pairs := 0
+	for i, sh := range shapes {
+		want := "null"
+		if c, ok := chooseWave(int4Request(16, sh.in, sh.out), sh.sms, waveMaxShared); ok {
+			want = c.pythonJSON()
+			if c.KS == 2 && c.rows() == 2*waveMinRows {
+				pairs++
+			}
+		}
+		assert.Equal(t, want, lines[i], "%d->%d on %d SMs", sh.in, sh.out, sh.sms)
+	}
+	assert.Positive(t, pairs, "the sweep reaches the pairs over long inputs")
+}
+
+// pythonJSON is c as scripts/wave_rule.py prints it (json.dumps with
+// sorted keys; KS only above 1).
+func (c waveConfig) pythonJSON() string {
+	ks := ""
+	if c.KS > 1 {
+		ks = fmt.Sprintf(`"KS": %d, `, c.KS)
+	}
+	return fmt.Sprintf(`{%s"NS": %d, "NSB": %d, "NT": %d, "WK": %d, "WR": %d}`, ks, c.NS, c.NSB, c.NT, c.WK, c.WR)
 }
 
 // Blocks of 64 rows take twice the rows in clusters of two over long

@@ -4,10 +4,12 @@
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
-// Status (bench/NOTES.md, eighteenth session, H200, 16 tokens, the whole
-// call): 8192->28672 43.1-43.4 us (2.46-2.48x torch's bf16 matmul; qmm/bulk
-// 56.3-56.9), 28672->8192 46.6-46.7 (2.40x; 57.2), 4096->14336 16.0-16.1
-// (1.84-1.86x; 19.3). Blocks of 32 rows (4096 outputs) stream more x than
+// Status (bench/NOTES.md, nineteenth session, H200, 16 tokens, the whole
+// call): 8192->28672 43.5-44.5 us (2.49-2.52x torch's bf16 matmul; qmm/bulk
+// 56.9), 28672->8192 in 128-row pairs 46.3-47.1 (2.51-2.55x over a torch
+// about 5 % slower than in the eighteenth session; qmm/bulk 57.4; 3-5 %
+// faster than 64-row blocks in the same calls), 4096->14336 16.0-16.2
+// (1.86-1.89x; 19.3). Blocks of 32 rows (4096 outputs) stream more x than
 // weights and lost to qmm/bulk; in clusters of two 64-row blocks over
 // halves of the inputs, 14336->4096 takes 17.6-17.7 (1.77x; qmm/bulk 20.3)
 // and 4096^2 10.2 (qmm/stream 8.3 is faster). Tried there and slower (the
@@ -21,10 +23,10 @@
 // sums leave the block). Where that would be under 64 rows (few outputs),
 // a thread-block cluster of KS blocks takes KS times the rows and each
 // block 1/KS of the lines; the blocks add their sums in distributed shared
-// memory and rank 0 writes y. At exactly 64 rows over long inputs (56 or
-// more lines a block after the split), a cluster of two takes 128 rows:
-// half the x per weight byte, which pays where the power cap holds the
-// product back (28672->8192).
+// memory and rank 0 writes y. Where that gives exactly 64 rows over long
+// inputs (56 or more lines a block after the split), a cluster of two
+// takes twice the rows: half the x per weight byte, which pays where the
+// power cap holds the product back (28672->8192).
 // A producer warp streams "lines" (256 inputs of each of the R rows: one
 // 128-byte swizzled tensor-map box, with the line's prepared x) into a ring
 // of NS slots, and each pair of lines' scales and biases (8 groups: a box
@@ -75,11 +77,12 @@
 // consumers never wait): what perfect overlap would give. Nineteenth
 // session, 16 tokens, the product alone (bench/NOTES.md): 8192->28672
 // 40.7 us, side by side 38.4, the feed alone 33.4, the arithmetic alone
-// 30.1; 28672->8192 44.9, 44.7, 35.8 and 30.9. At these two shapes the
-// 700 W power cap lowers the SM clock to about 1750 MHz once the feed and
-// the arithmetic run together (each alone runs at 1980), so the two add up
-// by power, not by waiting; at 4096->14336 (13.4, side by side 9.4) the
-// waiting is what costs.
+// 30.1; 28672->8192 (64-row blocks) 44.9, 44.7, 35.8 and 30.9. At these
+// two shapes the 700 W power cap lowers the SM clock to 1650-1830 MHz once
+// the feed and the arithmetic run together (each alone runs at 1980): at
+// 28672->8192 the two add up by power alone, at 8192->28672 waiting costs
+// 2.3 us more; at 4096->14336 (13.4, side by side 9.4) the waiting is
+// what costs.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -428,7 +431,8 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #if KC_DIAG_RACE
             // no copy may be in flight when the block ends
             for (int L = max(0, lines - NS); L < lines; ++L) kc_bar_wait(kc_smem(&full[L % NS]), (L / NS) & 1);
-            for (int u = max(0, lines / 2 - NSB); u < lines / 2; ++u) kc_bar_wait(kc_smem(&sfull[u % NSB]), (u / NSB) & 1);
+            for (int u = max(0, (lines + 1) / 2 - NSB); u < (lines + 1) / 2; ++u)
+                kc_bar_wait(kc_smem(&sfull[u % NSB]), (u / NSB) & 1);
 #endif
         }
         __syncwarp();
@@ -509,10 +513,12 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const float sg0 = __uint_as_float(kc_lds32(xl + 17 * 512 + gid * 4));
             const float sg1 = __uint_as_float(kc_lds32(xl + 17 * 512 + (gid + 8) * 4));
             __syncwarp();
-            if (lane == 0 && !KC_DIAG_RACE) {
+#if !KC_DIAG_RACE
+            if (lane == 0) {
                 kc_bar_arrive(kc_smem(&empty[slot]));
                 kc_bar_arrive(kc_smem(&sempty[sslot]));
             }
+#endif
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 acc[j][0] = fmaf(sg0, tmp[j][0], acc[j][0]);
