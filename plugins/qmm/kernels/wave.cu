@@ -5,12 +5,13 @@
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
 // Status (bench/NOTES.md, nineteenth session, H200, 16 tokens, the whole
-// call): 8192->28672 43.5-44.5 us (2.49-2.52x torch's bf16 matmul; qmm/bulk
-// 56.9), 28672->8192 in 128-row pairs 46.3-47.1 (2.51-2.55x over a torch
-// about 5 % slower than in the eighteenth session; qmm/bulk 57.4; 3-5 %
-// faster than 64-row blocks in the same calls), 4096->14336 16.0-16.2
-// (1.86-1.89x; 19.3). Blocks of 32 rows (4096 outputs) stream more x than
-// weights and lost to qmm/bulk; in clusters of two 64-row blocks over
+// call, two machines): 8192->28672 43.2-44.5 us (2.48-2.52x torch's bf16
+// matmul, which read 107-112 us; qmm/bulk 56.4-56.9), 28672->8192 in
+// 128-row pairs 46.0-47.1 (2.43-2.55x over a torch of 112-118 us; qmm/bulk
+// 57.3-57.4; 3-6 % faster than 64-row blocks in the same calls),
+// 4096->14336 16.0-16.2 (1.86-1.92x; 19.2-19.3). Blocks of 32 rows (4096
+// outputs) stream more x than weights and lost to qmm/bulk; in clusters
+// of two 64-row blocks over
 // halves of the inputs, 14336->4096 takes 17.6-17.7 (1.77x; qmm/bulk 20.3)
 // and 4096^2 10.2 (qmm/stream 8.3 is faster). Tried there and slower (the
 // NOTES have the tables): separate rings for weights and x with a second
