@@ -11,9 +11,9 @@
 // 57.3-57.4; 3-6 % faster than 64-row blocks in the same calls),
 // 4096->14336 16.0-16.2 (1.86-1.92x; 19.2-19.3). Blocks of 32 rows (4096
 // outputs) stream more x than weights and lost to qmm/bulk; in clusters
-// of two 64-row blocks over
-// halves of the inputs, 14336->4096 takes 17.6-17.7 (1.77x; qmm/bulk 20.3)
-// and 4096^2 10.2 (qmm/stream 8.3 is faster). Tried there and slower (the
+// of two 64-row blocks over halves of the inputs, 14336->4096 takes
+// 17.6-17.7 (1.76-1.84x; qmm/bulk 20.2-20.3) and 4096^2 10.1-10.2
+// (qmm/stream 8.2-8.3 is faster). Tried there and slower (the
 // NOTES have the tables): separate rings for weights and x with a second
 // copier warp, L2 prefetches of lines ahead, a second accumulator set,
 // 12 consumer warps, and wgmma m64n16k16 with the weights as A
