@@ -15,7 +15,7 @@ import (
 var bulkCode string
 
 // BulkSource is kernels/bulk.cu (see the comment at its top), the kernel
-// behind gemv/bulk (one token) and qmm/bulk (9 to 16 tokens in K slices).
+// behind gemv/bulk (1 to 8 tokens) and qmm/bulk (9 to 16 tokens in K slices).
 var BulkSource = gpukernel.Source{Name: "bulk.cu", Code: bulkCode}
 
 // The kernel's entry points: the product, and around a launch in K slices

@@ -15,9 +15,12 @@ import (
 // in which producer warps feed a block-wide ring of shared memory with
 // Hopper tensor copies (TMA) and the other warps only compute. It needs compute
 // capability 9.0 and tensor maps of the weights, which the host encodes at
-// bind time. It serves one token: at 4 and 8 tokens it was slower than
-// gemv/tensor-core on every shape measured (bench/NOTES.md, seventh and
-// eighth sessions).
+// bind time. It serves the decode range, 1 to maxTokens tokens. It was
+// once kept to one token, when it was slower than gemv/tensor-core at 4
+// and 8 tokens on every shape measured (bench/NOTES.md, seventh and eighth
+// sessions); since the later sessions' changes to the kernel it is faster
+// at some shapes (4 tokens: 4096^2 6.1 us against 7.0, twentieth session)
+// and slower at others, so the host times both and keeps the faster.
 type gemvBulk struct{}
 
 var _ sdk.Candidate = gemvBulk{}
@@ -39,14 +42,14 @@ func (gemvBulk) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 	if why != "" {
 		return sdk.Admission{Reason: why}
 	}
-	return sdk.Admission{Admitted: true, Reason: "one token, " + cfg.Describe()}
+	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("decode shape (tokens=%d ≤ %d), %s", req.Tokens, maxTokens, cfg.Describe())}
 }
 
 // bulkAdmit picks the bulk variant for req on hw, or says why the
 // candidate does not serve it.
 func bulkAdmit(req sdk.Request, hw device.Profile) (affinegpu.BulkConfig, string) {
-	if hw.Kind == device.CUDA && req.Tokens != 1 {
-		return affinegpu.BulkConfig{}, fmt.Sprintf("serves 1 token, not %d (at 4 and 8 it was slower than gemv/tensor-core)", req.Tokens)
+	if hw.Kind == device.CUDA && req.Tokens > maxTokens {
+		return affinegpu.BulkConfig{}, fmt.Sprintf("serves 1 to %d tokens, not %d (more is qmm/bulk's)", maxTokens, req.Tokens)
 	}
 	return affinegpu.AdmitBulk(req, hw)
 }

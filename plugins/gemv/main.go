@@ -4,9 +4,8 @@
 // NVRTC per variant and exported for the host to launch; on the CPU device,
 // a Go version of the same method. Two more candidates run on the GPU only:
 // gemv/tensor-core streams 4- and 8-bit weights through the tensor cores,
-// and gemv/bulk (one token, Hopper) feeds the same arithmetic with tensor
-// copies from producer warps. The host times them all and keeps the
-// fastest per shape.
+// and gemv/bulk (Hopper) feeds the same arithmetic with tensor copies from
+// producer warps. The host times them all and keeps the fastest per shape.
 package main
 
 import (

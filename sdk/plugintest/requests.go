@@ -80,6 +80,7 @@ func GPURequests() []sdk.Request {
 		a(150, 4096, 25464, 4, 64, true), // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts
 		a(1, 2304, 4240, 8, 32, true),    // gemv/bulk: 24 groups per stage, 16-row tiles, several per block
+		a(4, 4096, 4096, 4, 64, true),    // gemv/bulk above one token: 4 bits in groups of 64 (fp16 operands)
 		// qmm/bulk: K in slices above 8 tokens, odd token counts, groups of
 		// 128 and of 32 (56 groups per slice)
 		a(9, 2048, 1032, 4, 128, true),

@@ -2,8 +2,8 @@
 // weights) in which copying and computing are separate warps. A producer
 // warp (one per part of a stage, see PARTS) keeps a block-wide ring of
 // shared-memory stages full with tensor copies (TMA); the consumer warps
-// only compute. The gemv plugin serves it as its gemv/bulk candidate at 1
-// token, and the qmm plugin as qmm/bulk at 9..16 tokens with K in slices
+// only compute. The gemv plugin serves it as its gemv/bulk candidate at 1..8
+// tokens, and the qmm plugin as qmm/bulk at 9..16 tokens with K in slices
 // (SPLITK); the kernel is correct for 1..16 tokens either way
 // (scripts/affine_kernels.py tests them).
 //
