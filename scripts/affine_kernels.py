@@ -6,7 +6,7 @@
     internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
     internal/affinegpu/kernels/bulk.cu   affine_bulk  (4/8-bit weights fed by tensor copies, 1..16
                                    tokens; gemv/bulk serves it at 1 token, qmm/bulk at 9..16 in K slices)
-    plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, 4 or 8 bits g64, 33+ tokens)
+    plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, 4 or 8 bits g64, 17+ tokens)
 
 Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
 
@@ -1491,10 +1491,10 @@ def wg_smem(cfg: dict) -> int:
 
 def wg_serves(tokens: int, in_f: int, bits: int = 4, group: int = 64) -> bool:
     """What qmm/wgmma admits (plugins/qmm/wgmma.go): 4 or 8 bits in groups
-    of 64, in % 128 == 0, in <= 57344, 33 or more tokens, compute
+    of 64, in % 128 == 0, in <= 57344, 17 or more tokens, compute
     capability 9.0."""
     import torch
-    return (bits in (4, 8) and group == 64 and in_f % 128 == 0 and in_f <= 57344 and tokens > 32
+    return (bits in (4, 8) and group == 64 and in_f % 128 == 0 and in_f <= 57344 and tokens > 16
             and torch.cuda.get_device_capability(0) == (9, 0))
 
 

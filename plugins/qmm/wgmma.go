@@ -40,9 +40,14 @@ const (
 	// wgMaxInFeatures keeps affine_wg_xprep's rows of x within the 227 KiB
 	// of shared memory a block may have (two tokens of bf16 each).
 	wgMaxInFeatures = 57344
-	// wgMinTokens: fewer tokens are qmm/stream's range; 16- and 32-token
-	// tiles of this kernel were timed there and lost (bench/NOTES.md).
-	wgMinTokens = affinegpu.StreamMaxTokens + 1
+	// wgMinTokens: fewer tokens are qmm/wave's and qmm/bulk's range. At
+	// 17-32 tokens the kernel's 64-token tiles beat qmm/stream at some
+	// shapes and lose at others (bench/NOTES.md, twentieth session:
+	// 4096->14336 28.8 us against 31.2-32.1, 8192->28672 101-103 against
+	// 108-115; 14336->4096 37.7 against 27.0), so there the host times both.
+	// (16- and 32-token tiles were timed at 9-32 tokens in the third
+	// session and lost to qmm/stream.)
+	wgMinTokens = waveMaxTokens + 1
 	// wgStreamKStagesPerSM: the tiles past whole waves of 256-token tiles
 	// are shared by one stream-K block per multiprocessor where they hold
 	// at least this many weight stages (of 8 groups) per multiprocessor;
@@ -57,9 +62,9 @@ const (
 // qmmWGMMA is QMM's Hopper candidate: kernels/wg.cu, warp-specialised
 // wgmma with the weights dequantised to fp16 in registers (one rounding per
 // weight, 2^-11 relative) and x scaled per token by a power of two into
-// fp16. It serves 4- and 8-bit weights in groups of 64 at 33 or more
+// fp16. It serves 4- and 8-bit weights in groups of 64 at 17 or more
 // tokens on compute capability 9.0; the host times it against the tiled
-// kernel and keeps the faster.
+// kernel (and, up to 32 tokens, qmm/stream) and keeps the fastest.
 type qmmWGMMA struct{}
 
 var _ sdk.Candidate = qmmWGMMA{}

@@ -130,7 +130,7 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 		{"6 bits", q6, hopper(), "bits=6"},
 		{"group 32", g32, hopper(), "group_size=32"},
 		{"odd groups", int4Request(256, 2880, 4096), hopper(), "in_features=2880 is not a multiple of 128"},
-		{"few tokens", int4Request(32, 4096, 4096), hopper(), "33 or more tokens, not 32"},
+		{"few tokens", int4Request(16, 4096, 4096), hopper(), "17 or more tokens, not 16"},
 		{"rows of x too long", int4Request(256, 57344+128, 4096), hopper(), "in_features=57472 is over 57344"},
 		{"rows not multiple of 8", int4Request(256, 4096, 4100), hopper(), "out_features=4100"},
 		{"huge workspace", int4Request(100000, 28672, 8192), hopper(), "bytes of workspace"},

@@ -59,7 +59,7 @@ func GPURequests() []sdk.Request {
 		a(12, 4096, 4096, 8, 32, false),
 		a(24, 2048, 8192, 4, 128, true),
 		a(29, 5120, 1032, 4, 64, false),
-		// the Hopper wgmma kernel: 4 (and below, 8) bits g64, 33+ tokens, partial tiles,
+		// the Hopper wgmma kernel: 4 (and below, 8) bits g64, 17+ tokens, partial tiles,
 		// groups not a multiple of 8 (1152, 640), out not a multiple of 128,
 		// each of its 64-, 128- and 256-token tiles
 		a(65, 1152, 1032, 4, 64, true),
@@ -78,6 +78,8 @@ func GPURequests() []sdk.Request {
 		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(150, 4096, 25464, 4, 64, true), // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles
+		a(17, 4096, 14344, 4, 64, true),  // qmm/wgmma below 33 tokens: 17 of a 64-token tile, a partial row block
+		a(32, 2048, 1032, 8, 64, false),  // the same at 8 bits, a whole half tile
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts
 		a(1, 2304, 4240, 8, 32, true),    // gemv/bulk: 24 groups per stage, 16-row tiles, several per block
 		a(4, 4096, 4096, 4, 64, true),    // gemv/bulk above one token: 4 bits in groups of 64 (fp16 operands)
