@@ -1241,7 +1241,7 @@ def run_bench(quick: bool, sweep: bool):
                 rows.append(("wg", wg_choose(t, out_f, in_f=in_f, bits=bits), True))
             if wave_serves(t, in_f, out_f, bits, group):
                 import wave_kernel
-                rows.append(("wave", wave_kernel.wave_config(out_f, SMS, in_f), True))
+                rows.append(("wave", wave_kernel.wave_config(out_f, SMS, in_f, t), True))
             if sweep:
                 rows += [(k, c, False) for k, p, c in sweep_configs(bits, group, t, in_f, out_f)]
             if KERNELS:
@@ -1281,10 +1281,10 @@ def run_bench(quick: bool, sweep: bool):
 
 def wave_serves(tokens: int, in_f: int, out_f: int, bits: int, group: int) -> bool:
     """qmm/wave's admission (plugins/qmm/wave.go, waveAdmit) on this GPU."""
-    if not (9 <= tokens <= 16 and bits == 4 and group == 64 and in_f % 512 == 0 and out_f % 8 == 0):
+    if not (9 <= tokens <= 32 and bits == 4 and group == 64 and in_f % 512 == 0 and out_f % 8 == 0):
         return False
     import wave_kernel
-    cfg = wave_kernel.wave_config(out_f, SMS, in_f)
+    cfg = wave_kernel.wave_config(out_f, SMS, in_f, tokens)
     return 8 * cfg["NT"] * cfg["WR"] >= 64
 
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Checks and times plugins/qmm/kernels/wave.cu, qmm/wave's 9-16 token kernel
+"""Checks and times plugins/qmm/kernels/wave.cu, qmm/wave's 9-32 token kernel
 (development tool; see the kernel's header).
 
-Correctness: fresh random 4-bit g64 weights and x, y poisoned before each
-call, against the float64 reference (the family's gate). Bench: 16 tokens
-at the issue's five shapes against torch's bf16 matmul and qmm/bulk in the
+Correctness: fresh random 4-bit g64 weights and x at 9 to 32 tokens, y
+poisoned before each call, against the float64 reference (the family's
+gate). Bench: 16 tokens (--tokens) at the issue's five shapes against torch's bf16 matmul and qmm/bulk in the
 same run (CUDA graphs, weights rotated beyond L2, as affine_kernels.py).
 
     python3 scripts/wave_kernel.py [--only correctness|bench] [--configs NT:WR:WK[:NS[:NSB[:KS]]][:K=V...],...]
@@ -24,16 +24,16 @@ import affine_kernels as ak  # noqa: E402
 WAVE_CU = ak.ROOT / "plugins" / "qmm" / "kernels" / "wave.cu"
 ak.ENTRY[WAVE_CU] = "affine_wave"
 ak.KIND_OF[WAVE_CU] = "wave"
-from wave_rule import XLINE, smem_bytes  # noqa: E402  (the rule, mirrored from wave.go)
+from wave_rule import smem_bytes, xline  # noqa: E402  (the rule, mirrored from wave.go)
 import wave_rule  # noqa: E402
 
 EXTRA = {}   # --define: macros every variant takes (XPL: lines per xprep block, the harness's)
 XP_PDL = False   # --xp-pdl: xprep with early start too (the plugin launches it without)
 
 
-def wave_config(out_f: int, sms: int, in_f: int = 0) -> dict:
+def wave_config(out_f: int, sms: int, in_f: int = 0, tokens: int = 16) -> dict:
     """The plugin's variant (wave_rule.wave_config), with --define's macros."""
-    return dict(wave_rule.wave_config(out_f, sms, in_f), **EXTRA)
+    return dict(wave_rule.wave_config(out_f, sms, in_f, tokens), **EXTRA)
 
 
 def finish(cfg: dict) -> dict:
@@ -51,11 +51,11 @@ def launcher(cfg, wt, x, y, tokens, w=None, scales=None, biases=None, pdl=True):
     maps = [ak.TensorMap(w.data_ptr(), 2, words, wt.out_f, words * 4, 32, r, swizzle=3),
             ak.TensorMap(scales.data_ptr(), 1, groups, wt.out_f, groups * 2, 8, r),
             ak.TensorMap(biases.data_ptr(), 1, groups, wt.out_f, groups * 2, 8, r)]
-    ws = torch.full(((wt.in_f // 256) * XLINE,), 0xFF, dtype=torch.uint8, device="cuda")   # poisoned
+    ws = torch.full(((wt.in_f // 256) * xline(cfg),), 0xFF, dtype=torch.uint8, device="cuda")   # poisoned
     smem = smem_bytes(cfg)
     main = ak.get_kernel(WAVE_CU, cfg, smem)
     prep = ak.get_kernel(WAVE_CU, cfg, 0, name="affine_wave_xprep")
-    xgrid = -(-(wt.in_f // 256) // cfg.get("XPL", 1))
+    xgrid = -(-(wt.in_f // 256 * cfg.get("TT", 1)) // cfg.get("XPL", 1))   # a block a line's token tile
     p = lambda t: np.uint64(t.data_ptr())
     bias = p(wt.bias) if wt.bias is not None else np.uint64(0)
     xa = [p(x), p(ws), np.int32(tokens), np.int32(wt.in_f)]
@@ -95,6 +95,10 @@ CASES = [   # (in, out, tokens, bias, x scale[, weight scale: scales and biases 
     (3072, 8200, 15, False, 1.0), (4096, 2056, 12, True, 2.0 ** 17), (8192, 1024, 16, False, 1.0),
     # scales of 3e-5 to 1e-4 (fp16 subnormals in part), checked against a tolerance scaled alike
     (4096, 8192, 16, False, 1.0, 2.0 ** -11),
+    # two token tiles (TT 2): 17 to 32 tokens
+    (4096, 14336, 24, True, 1.0), (8192, 28672, 32, False, 1.0), (28672, 8192, 17, True, 1.0),
+    (1024, 264, 32, False, 2.0 ** 17), (512, 8, 20, True, 2.0 ** -20), (3072, 8200, 31, False, 1.0),
+    (14336, 4096, 29, False, 1.0), (4096, 4096, 32, True, 1.0),
 ]
 
 
@@ -102,9 +106,9 @@ MAIN_ONLY = False
 VARIANTS = []   # --variant: macro sets, each also run on top of the rule's configuration
 
 
-def shape_configs(configs, out_f: int, in_f: int):
-    """The configurations to run at one shape: --configs, or the rule's
-    and each --variant on top of it."""
+def shape_configs(configs, out_f: int, in_f: int, tokens: int = 16):
+    """The configurations to run at one shape and token count: --configs,
+    or the rule's and each --variant on top of it."""
     if configs:
         fits = []
         for cfg in configs:   # each block of a cluster takes whole pairs of lines
@@ -114,11 +118,11 @@ def shape_configs(configs, out_f: int, in_f: int):
             else:
                 fits.append(cfg)
         return fits
-    base = wave_config(out_f, ak.SMS, in_f)
+    base = wave_config(out_f, ak.SMS, in_f, tokens)
     out = [base]
     for v in VARIANTS:
         cfg = dict(base, **v)
-        if any(k in v for k in ("NT", "WR", "WK", "KS")):   # other rows or warps: size the rings anew
+        if any(k in v for k in ("NT", "WR", "WK", "KS", "TT")):   # other rows, warps or token tiles: size the rings anew
             for k in ("NS", "NSB"):
                 if k not in v:
                     cfg.pop(k)
@@ -157,7 +161,7 @@ def run_correctness(configs) -> bool:
         x[0] *= 1e-3
         x = x.to(torch.bfloat16)
         ref = wt.reference(x)
-        for cfg in shape_configs(configs, out_f, in_f):
+        for cfg in shape_configs(configs, out_f, in_f, t):
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")   # bf16 NaN
             run, keep = launcher(cfg, wt, x, y, t)
             run()
@@ -192,7 +196,7 @@ def run_bench(configs, tokens: int):
         bcfg = ak.bulk_config(4, 64, tokens, in_f, out_f)
         if bcfg:
             rows.append(("bulk", bcfg, (ak.bench_kernel("bulk", wt, copies, x, tokens, bcfg), ak.LAST_POWER)))
-        for cfg in shape_configs(configs, out_f, in_f):
+        for cfg in shape_configs(configs, out_f, in_f, tokens):
             y = torch.empty((tokens, out_f), dtype=torch.int16, device="cuda")
             fns, keep = ak.rotated_launchers(copies, lambda w, s, b: launcher(cfg, wt, x, y, tokens, w, s, b))
             rows.append(("wave", cfg, timed(fns)))
@@ -266,7 +270,7 @@ def main():
             configs.append(finish(cfg))
     if args.once:
         in_f, out_f = ak.BENCH_SHAPES[0] if args.shapes else (8192, 28672)
-        runnable = shape_configs(configs, out_f, in_f)
+        runnable = shape_configs(configs, out_f, in_f, args.tokens)
         if not runnable:
             sys.exit(f"no configuration to launch at {in_f}->{out_f}")
         cfg = runnable[-1]
@@ -279,8 +283,8 @@ def main():
         torch.cuda.synchronize()
         return
     seen = set()
-    for in_f, out_f in sorted({(i, o) for i, o, *_ in CASES} | set(ak.BENCH_SHAPES)):
-        for cfg in shape_configs(configs, out_f, in_f):
+    for in_f, out_f, t in sorted({(i, o, t) for i, o, t, *_ in CASES} | {(i, o, args.tokens) for i, o in ak.BENCH_SHAPES}):
+        for cfg in shape_configs(configs, out_f, in_f, t):
             key = ak.variant_key(WAVE_CU, cfg)
             if key in seen:
                 continue

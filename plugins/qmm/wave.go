@@ -26,16 +26,22 @@ const (
 	// waveXPrepThreads is affine_wave_xprep's block.
 	waveXPrepThreads = 256
 	// waveMinTokens and waveMaxTokens are the tokens it serves: above
-	// decode, and at most one mma's 16 rows.
-	waveMinTokens, waveMaxTokens = affinegpu.BulkSplitTokens + 1, 16
+	// decode, and at most two token tiles.
+	waveMinTokens, waveMaxTokens = affinegpu.BulkSplitTokens + 1, 2 * waveTokenTile
+	// waveTokenTile is the tokens of one mma's rows: above it the kernel
+	// runs two token tiles (TT 2), each unpacked weight meeting two mma
+	// (bench/NOTES.md, twentieth session: 8192->28672 at 32 tokens 67.1 us
+	// against qmm/wgmma's 102.0, 28672->8192 63.5 against qmm/stream's 96.9).
+	waveTokenTile = 16
 	// waveLine is the inputs of one line (one 128-byte box of packed
 	// weights a row); the kernel streams lines in pairs (a pair's 8 groups
 	// of scales are one 16-byte box a row), so in_features is a multiple
 	// of 2*waveLine.
 	waveLine = 256
-	// waveXLineBytes is one line of prepared x (XLINE_BYTES in wave.cu):
-	// 16 mma steps of A fragments, the group sums' fragments, 16 scales.
-	waveXLineBytes = 17*512 + 64
+	// waveXTileBytes is one token tile of a line of prepared x
+	// (XTILE_BYTES in wave.cu): 16 mma steps of A fragments, the group
+	// sums' fragments, 16 scales. A line holds TT of them.
+	waveXTileBytes = 17*512 + 64
 	// waveMaxRows is the most rows a block takes (a tensor-map box's
 	// limit); waveMinRows the fewest: below, a block's x stream outweighs
 	// its weights (32-row blocks at 4096 outputs lost to qmm/bulk and
@@ -69,11 +75,12 @@ const (
 // inputs, streaming lines of weights with tensor copies; mma.sync with the
 // tokens as M and the weights dequantised to fp16 (s*q, one rounding) in
 // registers, x scaled per token and line by a power of two into fp16. It
-// serves 9 to 16 tokens of 4-bit weights in groups of 64 where a block
-// holds at least waveMinRows rows (with clusters that split the inputs
-// where the outputs are few, or where the inputs are long enough to halve
-// each block's x per weight byte); the host times it against qmm/bulk and
-// qmm/stream.
+// serves 9 to 32 tokens (one or two token tiles of 16) of 4-bit weights in
+// groups of 64 where a block holds at least waveMinRows rows (with
+// clusters that split the inputs where the outputs are few, or where the
+// inputs are long enough to halve each block's x per weight byte); the
+// host times it against qmm/bulk, qmm/stream and, above 16 tokens,
+// qmm/wgmma.
 type qmmWave struct{}
 
 var _ sdk.Candidate = qmmWave{}
@@ -109,7 +116,7 @@ func waveAdmit(req sdk.Request, hw device.Profile) (waveConfig, string) {
 		return waveConfig{}, fmt.Sprintf("tensor copies need compute capability 9.0 or newer, the GPU has %s", hw.ComputeCapability)
 	}
 	if req.Tokens < waveMinTokens || req.Tokens > waveMaxTokens {
-		return waveConfig{}, fmt.Sprintf("serves %d to %d tokens (one mma's 16 rows), not %d", waveMinTokens, waveMaxTokens, req.Tokens)
+		return waveConfig{}, fmt.Sprintf("serves %d to %d tokens (two tiles of one mma's 16 rows), not %d", waveMinTokens, waveMaxTokens, req.Tokens)
 	}
 	if req.Weight.Bits != 4 || req.Weight.GroupSize != 64 {
 		return waveConfig{}, fmt.Sprintf("unpacks 4-bit weights in groups of 64, not bits=%d group_size=%d", req.Weight.Bits, req.Weight.GroupSize)
@@ -171,6 +178,7 @@ type waveConfig struct {
 	NS  int // line slots in the ring
 	NSB int // scale and bias slots, each serving two lines
 	KS  int // blocks of a cluster sharing rows, each over 1/KS of the lines (1: no cluster)
+	TT  int // token tiles of waveTokenTile (1, or 2 above waveTokenTile tokens)
 }
 
 // chooseWave picks the variant for req on a GPU with sms multiprocessors
@@ -186,10 +194,16 @@ type waveConfig struct {
 //     takes them (if two line slots per K warp fit; else as above);
 //   - WR row groups (a power of two, at least 2) of NT <= 8 n-tiles, so
 //     rows round up to a multiple of 8 WR, and waveWarps consumer warps;
-//   - line and scale slots as below.
+//   - line and scale slots as below;
+//   - above waveTokenTile tokens two token tiles (TT 2), whose lines of x
+//     are twice as long.
 //
 // It reports false when not even WK line slots fit.
 func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
+	tt := 1
+	if req.Tokens > waveTokenTile {
+		tt = 2
+	}
 	// n-tiles of a cluster of ks blocks: the outputs over sms/ks clusters,
 	// so that no more than sms blocks run
 	tiles := func(ks int) int { return min(ceilDiv(req.OutFeatures, 8*max(sms/ks, 1)), waveMaxRows/8) }
@@ -204,16 +218,17 @@ func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 		// waveMaxShared (8 line slots and 4 scale slots: 222208 bytes), so
 		// a smaller budget turns the pairs off; the admission tests would
 		// say so.
-		if c, ok := waveRing(tiles(2), 2, maxShared); ok && c.NS >= 2*c.WK {
+		if c, ok := waveRing(tiles(2), 2, tt, maxShared); ok && c.NS >= 2*c.WK {
 			return c, true
 		}
 	}
-	return waveRing(tiles(ks), ks, maxShared)
+	return waveRing(tiles(ks), ks, tt, maxShared)
 }
 
-// waveRing is the variant for blocks of n8 n-tiles in clusters of ks, with
-// as many line slots as fit maxShared; false when not even max(2, WK) fit.
-func waveRing(n8, ks, maxShared int) (waveConfig, bool) {
+// waveRing is the variant for blocks of n8 n-tiles in clusters of ks and
+// tt token tiles, with as many line slots as fit maxShared; false when not
+// even max(2, WK) fit.
+func waveRing(n8, ks, tt, maxShared int) (waveConfig, bool) {
 	// At least two row groups: at most 4 K warps, so that the ring may take
 	// 12 line slots (a multiple of WK) where 8 would be all that WK 8
 	// allowed; 28672->8192 at 16 tokens in 64-row blocks: 47.6 us against
@@ -222,7 +237,22 @@ func waveRing(n8, ks, maxShared int) (waveConfig, bool) {
 	for ceilDiv(n8, wr) > 8 {
 		wr *= 2
 	}
-	c := waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), KS: ks}
+	c, ok := waveSlots(waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), KS: ks, TT: tt}, maxShared)
+	if tt > 1 && ok && c.NS < 2*c.WK && wr < waveWarps {
+		// Two token tiles make the lines longer. Where fewer than two line
+		// slots per K warp fit, twice the row groups (half the K warps) with
+		// two slots each did better: 4096->14336 at 32 tokens 21.6 us
+		// against 25.1 (bench/NOTES.md, twentieth session).
+		if c2, ok2 := waveSlots(waveConfig{NT: ceilDiv(n8, 2*wr), WR: 2 * wr, WK: max(1, waveWarps/(2*wr)), KS: ks, TT: tt}, maxShared); ok2 && c2.NS >= 2*c2.WK {
+			return c2, true
+		}
+	}
+	return c, ok
+}
+
+// waveSlots gives c as many line slots as fit maxShared; false when not
+// even max(2, WK) fit.
+func waveSlots(c waveConfig, maxShared int) (waveConfig, bool) {
 	// A warp waits on a slot by parity, sound only if it saw the slot's
 	// previous phase: each slot's lines must be one K warp's, so NS is a
 	// multiple of WK and 2*NSB too (wave.cu). The most line slots that fit,
@@ -245,17 +275,21 @@ func (c waveConfig) rows() int { return 8 * c.NT * c.WR }
 // lineBytes is one ring slot: a line of weights and its x, 1 KiB aligned
 // (the 128-byte swizzle's unit).
 func (c waveConfig) lineBytes() int {
-	return (c.rows()*128 + waveXLineBytes + 1023) / 1024 * 1024
+	return (c.rows()*128 + c.xLineBytes() + 1023) / 1024 * 1024
 }
+
+// xLineBytes is one line of prepared x (XLINE_BYTES in wave.cu): TT token
+// tiles.
+func (c waveConfig) xLineBytes() int { return max(c.TT, 1) * waveXTileBytes }
 
 // sharedBytes is the dynamic shared memory (SMEM_BYTES in wave.cu).
 func (c waveConfig) sharedBytes() int {
 	return c.NS*c.lineBytes() + c.NSB*2*c.rows()*16 + 1024
 }
 
-// workspaceBytes is the prepared x: one waveXLineBytes per line.
+// workspaceBytes is the prepared x: one line of it per line of inputs.
 func (c waveConfig) workspaceBytes(req sdk.Request) int64 {
-	return int64(req.InFeatures/waveLine) * waveXLineBytes
+	return int64(req.InFeatures/waveLine) * int64(c.xLineBytes())
 }
 
 // variant is the kernel variant to compile.
@@ -263,6 +297,9 @@ func (c waveConfig) variant() gpukernel.Variant {
 	defines := map[string]int{"NT": c.NT, "WR": c.WR, "WK": c.WK, "NS": c.NS, "NSB": c.NSB}
 	if c.KS > 1 {
 		defines["KS"] = c.KS
+	}
+	if c.TT > 1 {
+		defines["TT"] = c.TT
 	}
 	return gpukernel.Variant{Entry: waveEntry, Defines: defines}
 }
@@ -286,7 +323,7 @@ func (c waveConfig) launches(req sdk.Request) waveLaunches {
 	weights, scales := c.tensorMaps(req)
 	return waveLaunches{
 		prep: gpukernel.Launch{
-			Grid: [3]uint32{uint32(req.InFeatures / waveLine), 1, 1}, Block: [3]uint32{waveXPrepThreads, 1, 1},
+			Grid: [3]uint32{uint32(req.InFeatures / waveLine * max(c.TT, 1)), 1, 1}, Block: [3]uint32{waveXPrepThreads, 1, 1},
 			Params: []sdk.Param{sdk.BufferParam(affine.X), ws, tok, in},
 		},
 		main: gpukernel.Launch{
@@ -320,5 +357,9 @@ func (c waveConfig) describe() string {
 	if c.KS > 1 {
 		cluster = fmt.Sprintf(" in clusters of %d over the inputs", c.KS)
 	}
-	return fmt.Sprintf("wave rows=%d NT=%d WR=%d WK=%d NS=%d NSB=%d%s", c.rows(), c.NT, c.WR, c.WK, c.NS, c.NSB, cluster)
+	tiles := ""
+	if c.TT > 1 {
+		tiles = fmt.Sprintf(" TT=%d", c.TT)
+	}
+	return fmt.Sprintf("wave rows=%d NT=%d WR=%d WK=%d NS=%d NSB=%d%s%s", c.rows(), c.NT, c.WR, c.WK, c.NS, c.NSB, tiles, cluster)
 }

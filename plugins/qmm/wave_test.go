@@ -34,6 +34,9 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 		{"few outputs: pairs", int4Request(16, 4096, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2 over the inputs"},
 		{"few outputs, long inputs: pairs", int4Request(16, 14336, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2"},
 		{"fewer outputs: clusters of 4", int4Request(12, 4096, 2056), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 4"},
+		{"two token tiles, 224-row blocks", int4Request(32, 8192, 28672), "rows=224 NT=7 WR=4 WK=2 NS=4 NSB=3 TT=2"},
+		{"two token tiles: twice the row groups for two slots a K warp", int4Request(17, 4096, 14336), "rows=128 NT=4 WR=4 WK=2 NS=6 NSB=3 TT=2"},
+		{"two token tiles, few outputs: pairs", int4Request(24, 4096, 4096), "rows=64 NT=4 WR=2 WK=4 NS=8 NSB=4 TT=2 in clusters of 2"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adm := qmmWave{}.Admit(c.req, hopper())
@@ -53,8 +56,8 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 	}{
 		{"cpu", int4Request(16, 4096, 14336), device.Profile{Kind: device.CPU}, "needs a CUDA device"},
 		{"before Hopper", int4Request(16, 4096, 14336), device.Profile{Kind: device.CUDA, ComputeCapability: "8.0", Multiprocessors: 108}, "compute capability 9.0"},
-		{"decode", int4Request(8, 4096, 14336), hopper(), "serves 9 to 16 tokens (one mma's 16 rows), not 8"},
-		{"17 tokens", int4Request(17, 4096, 14336), hopper(), "not 17"},
+		{"decode", int4Request(8, 4096, 14336), hopper(), "serves 9 to 32 tokens (two tiles of one mma's 16 rows), not 8"},
+		{"33 tokens", int4Request(33, 4096, 14336), hopper(), "not 33"},
 		{"8 bits", plugintest.AffineRequest(16, 4096, 14336, 8, 64, false), hopper(), "not bits=8 group_size=64"},
 		{"groups of 128", plugintest.AffineRequest(16, 4096, 14336, 4, 128, false), hopper(), "not bits=4 group_size=128"},
 		{"odd inputs", int4Request(16, 2880, 14336), hopper(), "in_features=2880 is not a multiple of 512"},
@@ -92,14 +95,16 @@ func TestWaveRuleMatchesThePythonHarness(t *testing.T) {
 	if script == "" {
 		t.Skip("scripts/wave_rule.py is not found from the working folder: not compared with chooseWave")
 	}
-	type shape struct{ sms, in, out int }
+	type shape struct{ sms, in, out, tokens int }
 	var shapes []shape
 	var stdin strings.Builder
-	for _, sms := range []int{132, 114, 78, 16, 7, 1} {
-		for _, in := range []int{512, 4096, 14336, 20480, 27648, 28672, 29184, 57344} {
-			for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
-				shapes = append(shapes, shape{sms, in, out})
-				fmt.Fprintf(&stdin, "%d %d %d\n", sms, in, out)
+	for _, tokens := range []int{16, 32} {
+		for _, sms := range []int{132, 114, 78, 16, 7, 1} {
+			for _, in := range []int{512, 4096, 14336, 20480, 27648, 28672, 29184, 57344} {
+				for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
+					shapes = append(shapes, shape{sms, in, out, tokens})
+					fmt.Fprintf(&stdin, "%d %d %d %d\n", sms, in, out, tokens)
+				}
 			}
 		}
 	}
@@ -112,25 +117,29 @@ func TestWaveRuleMatchesThePythonHarness(t *testing.T) {
 	pairs := 0
 	for i, sh := range shapes {
 		want := "null"
-		if c, ok := chooseWave(int4Request(16, sh.in, sh.out), sh.sms, waveMaxShared); ok {
+		if c, ok := chooseWave(int4Request(sh.tokens, sh.in, sh.out), sh.sms, waveMaxShared); ok {
 			want = c.pythonJSON()
 			if c.KS == 2 && c.rows() == 2*waveMinRows {
 				pairs++
 			}
 		}
-		assert.Equal(t, want, lines[i], "%d->%d on %d SMs", sh.in, sh.out, sh.sms)
+		assert.Equal(t, want, lines[i], "%d->%d at %d tokens on %d SMs", sh.in, sh.out, sh.tokens, sh.sms)
 	}
 	assert.Positive(t, pairs, "the sweep reaches the pairs over long inputs")
 }
 
 // pythonJSON is c as scripts/wave_rule.py prints it (json.dumps with
-// sorted keys; KS only above 1).
+// sorted keys; KS and TT only above 1).
 func (c waveConfig) pythonJSON() string {
 	ks := ""
 	if c.KS > 1 {
 		ks = fmt.Sprintf(`"KS": %d, `, c.KS)
 	}
-	return fmt.Sprintf(`{%s"NS": %d, "NSB": %d, "NT": %d, "WK": %d, "WR": %d}`, ks, c.NS, c.NSB, c.NT, c.WK, c.WR)
+	tt := ""
+	if c.TT > 1 {
+		tt = fmt.Sprintf(`"TT": %d, `, c.TT)
+	}
+	return fmt.Sprintf(`{%s"NS": %d, "NSB": %d, "NT": %d, %s"WK": %d, "WR": %d}`, ks, c.NS, c.NSB, c.NT, tt, c.WK, c.WR)
 }
 
 // Blocks of 64 rows take twice the rows in clusters of two over long

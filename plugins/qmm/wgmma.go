@@ -40,14 +40,15 @@ const (
 	// wgMaxInFeatures keeps affine_wg_xprep's rows of x within the 227 KiB
 	// of shared memory a block may have (two tokens of bf16 each).
 	wgMaxInFeatures = 57344
-	// wgMinTokens: fewer tokens are qmm/wave's and qmm/bulk's range. At
-	// 17-32 tokens the kernel's 64-token tiles beat qmm/stream at some
-	// shapes and lose at others (bench/NOTES.md, twentieth session:
+	// wgMinTokens: up to one token tile, qmm/wave and qmm/bulk are far
+	// ahead. At 17-32 tokens the kernel's 64-token tiles beat qmm/stream at
+	// some shapes and lose at others (bench/NOTES.md, twentieth session:
 	// 4096->14336 28.8 us against 31.2-32.1, 8192->28672 101-103 against
-	// 108-115; 14336->4096 37.7 against 27.0), so there the host times both.
+	// 108-115; 14336->4096 37.7 against 27.0); qmm/wave's two token tiles
+	// are faster still at most shapes there, and the host times all three.
 	// (16- and 32-token tiles were timed at 9-32 tokens in the third
 	// session and lost to qmm/stream.)
-	wgMinTokens = waveMaxTokens + 1
+	wgMinTokens = waveTokenTile + 1
 	// wgStreamKStagesPerSM: the tiles past whole waves of 256-token tiles
 	// are shared by one stream-K block per multiprocessor where they hold
 	// at least this many weight stages (of 8 groups) per multiprocessor;

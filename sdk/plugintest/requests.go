@@ -95,6 +95,10 @@ func GPURequests() []sdk.Request {
 		// qmm/wave over long inputs: 128-row blocks in clusters of two over
 		// halves of the lines, the last row block partial
 		a(13, 28672, 8200, 4, 64, true),
+		// qmm/wave with two token tiles (17-32 tokens): the last row block
+		// partial; clusters of four over the inputs
+		a(32, 3072, 8200, 4, 64, false),
+		a(20, 4096, 2056, 4, 64, true),
 	}
 }
 

@@ -1,6 +1,9 @@
-// wave.cu: QMM's small-batch kernel for 9..16 tokens of 4-bit MLX affine
+// wave.cu: QMM's small-batch kernel for 9..32 tokens of 4-bit MLX affine
 // weights in groups of 64, qmm/wave (plugins/qmm/wave.go). Checked and
-// timed standalone by `python3 scripts/wave_kernel.py`.
+// timed standalone by `python3 scripts/wave_kernel.py`. Up to 16 tokens one
+// token tile (TT 1); above, two (TT 2): every unpacked weight then meets two
+// mma, one a tile (twentieth session, 32 tokens: 8192->28672 67.1 us against
+// qmm/wgmma's 102.0, 28672->8192 63.5 against qmm/stream's 96.9).
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
@@ -57,17 +60,17 @@
 // Entry points, in launch order on one stream (the main kernel with early
 // start; xprep without, so that its blocks do not wait beside the main
 // kernel ahead, which releases its dependents after its loop):
-//   affine_wave_xprep(x, ws, tokens, in)   any grid (in/256 or fewer), block 256
+//   affine_wave_xprep(x, ws, tokens, in)   any grid (TT in/256 or fewer), block 256
 //   affine_wave(wmap, smap, bmap, ws, bias, y, tokens, in, out)
 //       grid ceil(out/R) * KS (cluster dimension KS, compiled in), block
 //       32*(CW+1), dynamic shared memory SMEM_BYTES
-// Workspace ws: in/256 lines of XLINE_BYTES: 16 steps x 32 lanes x 16
-// bytes of A fragments, then the XS fragments (512 bytes), then the
-// line's 16 sigma (floats).
+// Workspace ws: in/256 lines of XLINE_BYTES, each TT token tiles of
+// XTILE_BYTES: 16 steps x 32 lanes x 16 bytes of A fragments, then the XS
+// fragments (512 bytes), then the tile's 16 sigma (floats).
 // Tensor maps (cuTensorMapEncodeTiled, rank 2, innermost first):
 //   wmap  uint32 [out][in/8], box {32, R}, SWIZZLE_128B
 //   smap  bf16 [out][in/64], box {8, R}, no swizzle; bmap the biases, same
-// Needs 1 <= tokens <= 16, in % (512 KS) == 0 (whole pairs of lines per
+// Needs 1 <= tokens <= 16 TT, in % (512 KS) == 0 (whole pairs of lines per
 // block), out % 8 == 0.
 //
 // Diagnostics (development only; the outputs are wrong): KC_DIAG_NOMATH
@@ -104,6 +107,12 @@ typedef unsigned long long u64;
 #ifndef NSB
 #define NSB 4  // scale and bias slots, each serving two lines (2 NSB a multiple of WK)
 #endif
+#ifndef TT
+#define TT 1   // token tiles of 16 (1: up to 16 tokens, 2: up to 32): each unpacked weight meets TT mma
+#endif
+#if TT != 1 && TT != 2
+#error "TT must be 1 or 2"
+#endif
 #ifndef KS
 #define KS 1   // blocks of a thread-block cluster that share a block's rows, each over 1/KS of the lines
 #endif
@@ -126,15 +135,16 @@ typedef unsigned long long u64;
 #define CW (WR * WK)                            // consumer warps
 #define THREADS (32 * (CW + 1))
 #define WLINE_BYTES (R * 128)                   // one line of weights: R rows x 128 bytes, 128-byte swizzle
-#define XLINE_BYTES (17 * 512 + 64)             // one line of x: 16 steps, XS, 16 sigma
+#define XTILE_BYTES (17 * 512 + 64)             // one token tile of a line of x: 16 steps, XS, 16 sigma
+#define XLINE_BYTES (TT * XTILE_BYTES)          // one line of x: its token tiles in turn
 #define LINE_BYTES ((WLINE_BYTES + XLINE_BYTES + 1023) / 1024 * 1024)
 #define SB_BYTES (R * 16)                       // scales (or biases) of two lines: R rows x 8 groups
 #define SMEM_BYTES (NS * LINE_BYTES + NSB * 2 * SB_BYTES + 1024)   // + alignment slack
-#define RED_BYTES (WK * R * 16 * 4)             // the K warps' sums [WK][16 tokens][R]
+#define RED_BYTES (WK * R * 16 * TT * 4)        // the K warps' sums [WK][16 TT tokens][R]
 #if R > 256
 #error "a tensor-map box holds at most 256 rows"
 #endif
-#define SHARE_BYTES (KS > 1 ? 16 * R * 4 : 0)  // a cluster block's sums [16 tokens][R], read by rank 0
+#define SHARE_BYTES (KS > 1 ? 16 * TT * R * 4 : 0)  // a cluster block's sums [16 TT tokens][R], read by rank 0
 #if RED_BYTES + SHARE_BYTES > NS * LINE_BYTES
 #error "the sums must fit in the ring"
 #endif
@@ -275,14 +285,15 @@ affine_wave_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int
     kc_grid_release();
     kc_grid_wait();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    for (int L = blockIdx.x; L < in_features / 256; L += gridDim.x) {   // any grid: the lines in turn
-        unsigned char* out = ws + (long long)L * XLINE_BYTES;
-        __syncthreads();   // the last line's reads of xt, inv and xs are done
+    for (int LT = blockIdx.x; LT < in_features / 256 * TT; LT += gridDim.x) {   // any grid: (line, token tile) in turn
+        const int L = LT / TT, t0 = 16 * (LT % TT);
+        unsigned char* out = ws + (long long)L * XLINE_BYTES + (LT % TT) * XTILE_BYTES;
+        __syncthreads();   // the last tile's reads of xt, inv and xs are done
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {   // 512 pieces of 8: token i / 32, piece i % 32
+        for (int h = 0; h < 2; ++h) {   // 512 pieces of 8: token t0 + i / 32, piece i % 32
             const int i = tid + 256 * h, t = i >> 5, c = i & 31;
             uint4 v = make_uint4(0u, 0u, 0u, 0u);
-            if (t < tokens) v = *reinterpret_cast<const uint4*>(x + (long long)t * in_features + 256 * L + 8 * c);
+            if (t0 + t < tokens) v = *reinterpret_cast<const uint4*>(x + (long long)(t0 + t) * in_features + 256 * L + 8 * c);
             *reinterpret_cast<uint4*>(&xt[t][8 * c]) = v;
         }
         __syncthreads();
@@ -445,11 +456,13 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     }
 
     const int r = warp % WR, kk = warp / WR;
-    float acc[NT][4];
+    float acc[TT][NT][4];   // token tile, n-tile, the mma's four sums
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
+    for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[tt][j][e] = 0.f;
     const u32 neg1024 = 0xE400E400u;
 
     for (int L = kk; L < lines; L += WK) {   // this warp's lines (1-4 % faster than skipping the others')
@@ -471,11 +484,13 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const u32 xl = wl + WLINE_BYTES;
             const u32 sc = sbbase + sslot * 2 * SB_BYTES, bi = sc + SB_BYTES;
             u32 q[NT][8], s2[NT], c2[NT];
-            float tmp[NT][4];
+            float tmp[TT][NT][4];
 #pragma unroll
-            for (int j = 0; j < NT; ++j)
+            for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) tmp[j][e] = 0.f;
+                for (int j = 0; j < NT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) tmp[tt][j][e] = 0.f;
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 const int row = (r * NT + j) * 8 + gid;
@@ -489,18 +504,28 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             }
 #pragma unroll
             for (int w = 0; w < 8; ++w) {
-                const uint4 a0 = kc_lds128(xl + (2 * w) * 512 + lane * 16);
-                const uint4 a1 = kc_lds128(xl + (2 * w + 1) * 512 + lane * 16);
+                uint4 a0[TT], a1[TT];
+#pragma unroll
+                for (int tt = 0; tt < TT; ++tt) {
+                    a0[tt] = kc_lds128(xl + tt * XTILE_BYTES + (2 * w) * 512 + lane * 16);
+                    a1[tt] = kc_lds128(xl + tt * XTILE_BYTES + (2 * w + 1) * 512 + lane * 16);
+                }
 #pragma unroll
                 for (int j = 0; j < NT; ++j) {
                     const u32 v = q[j][w], v8 = v >> 8;
-                    kc_mma(tmp[j], a0, kc_hfma2(kc_nib16<0x000F000Fu>(v), s2[j], c2[j]),
-                           kc_hfma2(kc_nib16<0x00F000F0u>(v), s2[j], c2[j]));
-                    kc_mma(tmp[j], a1, kc_hfma2(kc_nib16<0x000F000Fu>(v8), s2[j], c2[j]),
-                           kc_hfma2(kc_nib16<0x00F000F0u>(v8), s2[j], c2[j]));
+                    const u32 b0 = kc_hfma2(kc_nib16<0x000F000Fu>(v), s2[j], c2[j]);
+                    const u32 b1 = kc_hfma2(kc_nib16<0x00F000F0u>(v), s2[j], c2[j]);
+#pragma unroll
+                    for (int tt = 0; tt < TT; ++tt) kc_mma(tmp[tt][j], a0[tt], b0, b1);
+                    const u32 b2 = kc_hfma2(kc_nib16<0x000F000Fu>(v8), s2[j], c2[j]);
+                    const u32 b3 = kc_hfma2(kc_nib16<0x00F000F0u>(v8), s2[j], c2[j]);
+#pragma unroll
+                    for (int tt = 0; tt < TT; ++tt) kc_mma(tmp[tt][j], a1[tt], b2, b3);
                 }
             }
-            const uint4 xsf = kc_lds128(xl + 16 * 512 + lane * 16);
+            uint4 xsf[TT];
+#pragma unroll
+            for (int tt = 0; tt < TT; ++tt) xsf[tt] = kc_lds128(xl + tt * XTILE_BYTES + 16 * 512 + lane * 16);
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
                 u32 bb = 0u;
@@ -509,10 +534,15 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                     const u32 pair = kc_lds32(bi + row * 16 + (4 * l + 2 * tig) * 2);
                     bb = kc_f16x2(kc_bf16(pair & 0xFFFFu), kc_bf16(pair >> 16));
                 }
-                kc_mma(tmp[j], xsf, bb, bb);   // XS high parts meet kslots 0..3, low parts 8..11
+#pragma unroll
+                for (int tt = 0; tt < TT; ++tt) kc_mma(tmp[tt][j], xsf[tt], bb, bb);   // XS high parts meet kslots 0..3, low parts 8..11
             }
-            const float sg0 = __uint_as_float(kc_lds32(xl + 17 * 512 + gid * 4));
-            const float sg1 = __uint_as_float(kc_lds32(xl + 17 * 512 + (gid + 8) * 4));
+            float sg0[TT], sg1[TT];
+#pragma unroll
+            for (int tt = 0; tt < TT; ++tt) {
+                sg0[tt] = __uint_as_float(kc_lds32(xl + tt * XTILE_BYTES + 17 * 512 + gid * 4));
+                sg1[tt] = __uint_as_float(kc_lds32(xl + tt * XTILE_BYTES + 17 * 512 + (gid + 8) * 4));
+            }
             __syncwarp();
 #if !KC_DIAG_RACE
             if (lane == 0) {
@@ -521,12 +551,14 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             }
 #endif
 #pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                acc[j][0] = fmaf(sg0, tmp[j][0], acc[j][0]);
-                acc[j][1] = fmaf(sg0, tmp[j][1], acc[j][1]);
-                acc[j][2] = fmaf(sg1, tmp[j][2], acc[j][2]);
-                acc[j][3] = fmaf(sg1, tmp[j][3], acc[j][3]);
-            }
+            for (int tt = 0; tt < TT; ++tt)
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    acc[tt][j][0] = fmaf(sg0[tt], tmp[tt][j][0], acc[tt][j][0]);
+                    acc[tt][j][1] = fmaf(sg0[tt], tmp[tt][j][1], acc[tt][j][1]);
+                    acc[tt][j][2] = fmaf(sg1[tt], tmp[tt][j][2], acc[tt][j][2]);
+                    acc[tt][j][3] = fmaf(sg1[tt], tmp[tt][j][3], acc[tt][j][3]);
+                }
         }
     }
 
@@ -534,32 +566,34 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     // Sum the K warps' shares in shared memory (the ring is free: every
     // stage has been consumed; the barrier orders the last reads).
     asm volatile("bar.sync 1, %0;" :: "n"(CW * 32) : "memory");
-    float* red = reinterpret_cast<float*>(smem_raw + (sbase - kc_smem(smem_raw)));   // [WK][16][R]
+    float* red = reinterpret_cast<float*>(smem_raw + (sbase - kc_smem(smem_raw)));   // [WK][16 TT][R]
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        const int o = (r * NT + j) * 8 + 2 * tig;
+    for (int tt = 0; tt < TT; ++tt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int t = gid + 8 * (e >> 1), oo = o + (e & 1);
-            red[(kk * 16 + t) * R + oo] = acc[j][e];
+        for (int j = 0; j < NT; ++j) {
+            const int o = (r * NT + j) * 8 + 2 * tig;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = 16 * tt + gid + 8 * (e >> 1), oo = o + (e & 1);
+                red[(kk * 16 * TT + t) * R + oo] = acc[tt][j][e];
+            }
         }
-    }
     asm volatile("bar.sync 1, %0;" :: "n"(CW * 32) : "memory");
     kc_grid_wait();   // long done (the producer waited before x); orders y after the kernels ahead
 #if KS > 1
     // Each block of the cluster sums its K warps into its share; rank 0
     // adds the others' (distributed shared memory) and writes y. The
     // second barrier keeps every share alive until rank 0 has read it.
-    float* share = red + WK * 16 * R;
-    for (int idx = threadIdx.x; idx < 16 * R; idx += CW * 32) {
+    float* share = red + WK * 16 * TT * R;
+    for (int idx = threadIdx.x; idx < 16 * TT * R; idx += CW * 32) {
         float v = 0.f;
 #pragma unroll
-        for (int k2 = 0; k2 < WK; ++k2) v += red[k2 * 16 * R + idx];
+        for (int k2 = 0; k2 < WK; ++k2) v += red[k2 * 16 * TT * R + idx];
         share[idx] = v;
     }
     kc_cluster_sync();
     if (rank == 0) {
-        for (int idx = threadIdx.x; idx < 16 * R; idx += CW * 32) {
+        for (int idx = threadIdx.x; idx < 16 * TT * R; idx += CW * 32) {
             const int t = idx / R, oo = idx - t * R, o = row0 + oo;
             if (t >= tokens || o >= out_features) continue;
             float v = share[idx];
@@ -573,12 +607,12 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     }
     kc_cluster_sync();
 #else
-    for (int idx = threadIdx.x; idx < 16 * R; idx += CW * 32) {
+    for (int idx = threadIdx.x; idx < 16 * TT * R; idx += CW * 32) {
         const int t = idx / R, oo = idx - t * R, o = row0 + oo;
         if (t >= tokens || o >= out_features) continue;
         float v = 0.f;
 #pragma unroll
-        for (int k2 = 0; k2 < WK; ++k2) v += red[(k2 * 16 + t) * R + oo];
+        for (int k2 = 0; k2 < WK; ++k2) v += red[(k2 * 16 * TT + t) * R + oo];
         if (bias != nullptr) v += kc_bf16(bias[o]);
         u16 h;
         asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
