@@ -113,6 +113,8 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			// small batches: the stream kernel or the tiled one, by shape
 			affine(sdk.PhasePrefill, sdk.RoleAttentionOutput, 16, 4096, 4096, 4, 64),
 			affine(sdk.PhasePrefill, sdk.RoleDown, 16, 28672, 8192, 4, 64),
+			// above one mma's 16 tokens: qmm/wave's two token tiles against qmm/stream and qmm/wgmma
+			affine(sdk.PhasePrefill, sdk.RoleGateUp, 24, 8192, 28672, 4, 64),
 			affine(sdk.PhasePrefill, sdk.RoleGateUp, 256, 4096, 14336, 4, 64),
 			dense(sdk.RoleRouter, 1, 2880, 32),
 			dense(sdk.RoleOutputHead, 512, 4096, 128256),
