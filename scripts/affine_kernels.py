@@ -5,7 +5,7 @@
     plugins/qmm/kernels/qmm.cu     affine_qmm   (tensor cores, any token count)
     internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
     internal/affinegpu/kernels/bulk.cu   affine_bulk  (4/8-bit weights fed by tensor copies, 1..16
-                                   tokens; gemv/bulk serves it at 1 token, qmm/bulk at 9..16 in K slices)
+                                   tokens; gemv/bulk serves it at 1..8 tokens, qmm/bulk at 9..16 in K slices)
     plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, 4 or 8 bits g64, 17+ tokens)
 
 Run on the H200 (Python 3.12, torch, cupy; nothing else needed):

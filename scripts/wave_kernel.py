@@ -115,6 +115,8 @@ def shape_configs(configs, out_f: int, in_f: int, tokens: int = 16):
             if in_f % (512 * cfg.get("KS", 1)):
                 print(f"# {in_f}->{out_f}: {cfg} skipped: in_features is not a multiple of {512 * cfg.get('KS', 1)}",
                       flush=True)
+            elif tokens > 16 * cfg.get("TT", 1):
+                print(f"# {in_f}->{out_f}: {cfg} skipped: {tokens} tokens need TT={-(-tokens // 16)}", flush=True)
             else:
                 fits.append(cfg)
         return fits

@@ -10,7 +10,6 @@ import sys
 
 MAX_SMEM = 217 * 1024   # waveMaxShared: leaves room for an xprep block (8.5 KB) beside a main block
 XTILE = 17 * 512 + 64   # waveXTileBytes: one token tile (16 tokens) of a line of prepared x
-XLINE = XTILE           # one line of prepared x at up to 16 tokens (TT 1)
 PAIR_MIN_LINES = 56     # wavePairMinLines
 MAX_LINE_SLOTS = 16     # waveMaxLineSlots
 

@@ -20,7 +20,8 @@ import (
 // and 8 tokens on every shape measured (bench/NOTES.md, seventh and eighth
 // sessions); since the later sessions' changes to the kernel it is faster
 // at some shapes (4 tokens: 4096^2 6.1 us against 7.0, twentieth session)
-// and slower at others, so the host times both and keeps the faster.
+// and slower at others, so the host's tuner times both where its policy
+// tunes the key and keeps the faster.
 type gemvBulk struct{}
 
 var _ sdk.Candidate = gemvBulk{}
@@ -49,7 +50,7 @@ func (gemvBulk) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 // candidate does not serve it.
 func bulkAdmit(req sdk.Request, hw device.Profile) (affinegpu.BulkConfig, string) {
 	if hw.Kind == device.CUDA && req.Tokens > maxTokens {
-		return affinegpu.BulkConfig{}, fmt.Sprintf("serves 1 to %d tokens, not %d (more is qmm/bulk's)", maxTokens, req.Tokens)
+		return affinegpu.BulkConfig{}, fmt.Sprintf("serves 1 to %d tokens, not %d (more is the qmm plugin's)", maxTokens, req.Tokens)
 	}
 	return affinegpu.AdmitBulk(req, hw)
 }

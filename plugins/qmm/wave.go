@@ -22,7 +22,7 @@ var waveSource = gpukernel.Source{Name: "wave.cu", Code: waveCode}
 
 const (
 	waveEntry      = "affine_wave"
-	waveXPrepEntry = "affine_wave_xprep" // x / sigma in fragment order, one block per line
+	waveXPrepEntry = "affine_wave_xprep" // x / sigma in fragment order, one block per line and token tile
 	// waveXPrepThreads is affine_wave_xprep's block.
 	waveXPrepThreads = 256
 	// waveMinTokens and waveMaxTokens are the tokens it serves: above
@@ -214,10 +214,11 @@ func chooseWave(req sdk.Request, sms, maxShared int) (waveConfig, bool) {
 	pairs := 8*tiles(1) == waveMinRows && tiles(2) == 2*tiles(1)
 	if pairs && req.InFeatures%(2*waveLine*2) == 0 && req.InFeatures/waveLine/2 >= wavePairMinLines {
 		// Twice the rows over half the lines, where two line slots per K
-		// warp still fit, as measured. At 128 rows those take the whole of
-		// waveMaxShared (8 line slots and 4 scale slots: 222208 bytes), so
-		// a smaller budget turns the pairs off; the admission tests would
-		// say so.
+		// warp still fit, as measured. At 128 rows and one token tile those
+		// take the whole of waveMaxShared (8 line slots and 4 scale slots:
+		// 222208 bytes), so a smaller budget turns the pairs off; the
+		// admission tests would say so. (Two token tiles fit 6 slots for 2
+		// K warps.)
 		if c, ok := waveRing(tiles(2), 2, tt, maxShared); ok && c.NS >= 2*c.WK {
 			return c, true
 		}
@@ -237,17 +238,24 @@ func waveRing(n8, ks, tt, maxShared int) (waveConfig, bool) {
 	for ceilDiv(n8, wr) > 8 {
 		wr *= 2
 	}
-	c, ok := waveSlots(waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), KS: ks, TT: tt}, maxShared)
+	c, ok := waveSlots(waveGroups(n8, wr, ks, tt), maxShared)
 	if tt > 1 && ok && c.NS < 2*c.WK && wr < waveWarps {
 		// Two token tiles make the lines longer. Where fewer than two line
 		// slots per K warp fit, twice the row groups (half the K warps) with
-		// two slots each did better: 4096->14336 at 32 tokens 21.6 us
-		// against 25.1 (bench/NOTES.md, twentieth session).
-		if c2, ok2 := waveSlots(waveConfig{NT: ceilDiv(n8, 2*wr), WR: 2 * wr, WK: max(1, waveWarps/(2*wr)), KS: ks, TT: tt}, maxShared); ok2 && c2.NS >= 2*c2.WK {
+		// two slots each did better: 4096->14336 at 32 tokens 21.7 us
+		// against 25.0 (bench/NOTES.md, twentieth session).
+		if c2, ok2 := waveSlots(waveGroups(n8, 2*wr, ks, tt), maxShared); ok2 && c2.NS >= 2*c2.WK {
 			return c2, true
 		}
 	}
 	return c, ok
+}
+
+// waveGroups is blocks of n8 n-tiles in wr row groups (the rest of the
+// waveWarps consumer warps take lines in turn), clusters of ks and tt token
+// tiles, before their slots are chosen.
+func waveGroups(n8, wr, ks, tt int) waveConfig {
+	return waveConfig{NT: ceilDiv(n8, wr), WR: wr, WK: max(1, waveWarps/wr), KS: ks, TT: tt}
 }
 
 // waveSlots gives c as many line slots as fit maxShared; false when not
@@ -307,7 +315,7 @@ func (c waveConfig) variant() gpukernel.Variant {
 // waveLaunches are the launches of one call, in stream order.
 type waveLaunches struct{ prep, main gpukernel.Launch }
 
-// launches are the preparation (one block per line) and the product for
+// launches are the preparation (one block per line and token tile) and the product for
 // req. The product starts early (programmatic dependent launch): its first
 // lines of weights are in flight while x is prepared. The preparation does
 // not: started early beside the product ahead of it (which releases its

@@ -160,32 +160,34 @@ func TestWavePairsOnlyWhereTwoSlotsPerWarpFit(t *testing.T) {
 	assert.Equal(t, 64, c.rows())
 }
 
-// TestWaveVariantsMeetTheKernelsLimits sweeps output sizes, GPU sizes and
-// shared-memory limits: every admitted variant must compile (wave.cu's
-// #error checks: a box of at most 256 rows, the K warps' sums within the
-// ring, each slot's lines one K warp's), fit its shared memory with room
-// for a preparation block beside it, give each block whole n-tiles, and
-// cover the output with its grid.
+// TestWaveVariantsMeetTheKernelsLimits sweeps token counts (one and two
+// token tiles), output sizes, GPU sizes and shared-memory limits: every
+// admitted variant must compile (wave.cu's #error checks: a box of at most
+// 256 rows, the K warps' sums within the ring, each slot's lines one K
+// warp's), fit its shared memory with room for a preparation block beside
+// it, give each block whole n-tiles, and cover the output with its grid.
 func TestWaveVariantsMeetTheKernelsLimits(t *testing.T) {
 	admitted := 0
-	for _, in := range []int{4096, 28672} {
-		for _, limit := range []int{0, 99 << 10} {
-			for _, sms := range []int{132, 114, 78, 16} {
-				for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
-					admitted += checkWaveVariant(t, sms, limit, in, out)
+	for _, tokens := range []int{16, 32} {
+		for _, in := range []int{4096, 28672} {
+			for _, limit := range []int{0, 99 << 10} {
+				for _, sms := range []int{132, 114, 78, 16} {
+					for out := 8; out <= 1<<17; out = out*5/4 + 8 - (out*5/4)%8 {
+						admitted += checkWaveVariant(t, tokens, sms, limit, in, out)
+					}
 				}
 			}
 		}
 	}
-	assert.Greater(t, admitted, 100)
+	assert.Greater(t, admitted, 200)
 }
 
-// checkWaveVariant checks the variant for 16 tokens of in inputs and out
-// outputs on sms multiprocessors with limit bytes of shared memory a block
-// (0: the H200's); it returns 1 when the request is admitted.
-func checkWaveVariant(t *testing.T, sms, limit, in, out int) int {
+// checkWaveVariant checks the variant for tokens tokens of in inputs and
+// out outputs on sms multiprocessors with limit bytes of shared memory a
+// block (0: the H200's); it returns 1 when the request is admitted.
+func checkWaveVariant(t *testing.T, tokens, sms, limit, in, out int) int {
 	t.Helper()
-	req := int4Request(16, in, out)
+	req := int4Request(tokens, in, out)
 	hw := hopper()
 	hw.Multiprocessors = sms
 	hw.Limits.MaxSharedPerBlock = limit
@@ -193,7 +195,8 @@ func checkWaveVariant(t *testing.T, sms, limit, in, out int) int {
 	if why != "" {
 		return 0
 	}
-	name := fmt.Sprintf("%d->%d on %d SMs with %d bytes: %s", in, out, sms, limit, c.describe())
+	name := fmt.Sprintf("%d->%d at %d tokens on %d SMs with %d bytes: %s", in, out, tokens, sms, limit, c.describe())
+	assert.Equal(t, ceilDiv(tokens, waveTokenTile), c.TT, "%s: token tiles", name)
 	assert.Zero(t, c.NS%c.WK, "%s: a slot's lines are one K warp's", name)
 	assert.Zero(t, 2*c.NSB%c.WK, "%s: a scale slot's pairs of lines are one K warp's", name)
 	assert.GreaterOrEqual(t, c.rows(), waveMinRows, name)
@@ -201,7 +204,7 @@ func checkWaveVariant(t *testing.T, sms, limit, in, out int) int {
 	assert.True(t, c.NT >= 1 && c.NT <= 8, name)
 	assert.Equal(t, waveWarps, c.WR*c.WK, name)
 	assert.True(t, c.NS >= 2 && c.NS <= waveMaxLineSlots && c.NSB >= 1, name)
-	assert.LessOrEqual(t, c.WK*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the K warps' sums fit the ring", name)
+	assert.LessOrEqual(t, c.WK*c.rows()*16*c.TT*4, c.NS*c.lineBytes(), "%s: the K warps' sums fit the ring", name)
 	assert.LessOrEqual(t, c.sharedBytes(), waveMaxShared, name)
 	if limit > 0 {
 		assert.LessOrEqual(t, c.sharedBytes(), limit, name)
@@ -216,14 +219,14 @@ func checkWaveVariant(t *testing.T, sms, limit, in, out int) int {
 		assert.LessOrEqual(t, blocks, sms, "%s: one wave", name)
 	}
 	if c.KS > 1 {
-		assert.LessOrEqual(t, (c.WK+1)*c.rows()*16*4, c.NS*c.lineBytes(), "%s: the sums and the cluster's share fit the ring", name)
+		assert.LessOrEqual(t, (c.WK+1)*c.rows()*16*c.TT*4, c.NS*c.lineBytes(), "%s: the sums and the cluster's share fit the ring", name)
 	}
 	return 1
 }
 
-// The preparation runs one block per line without early start; the product
-// starts early and reads the prepared x from the workspace through its
-// tensor maps' boxes of a block's rows.
+// The preparation runs one block per line and token tile without early
+// start; the product starts early and reads the prepared x from the
+// workspace through its tensor maps' boxes of a block's rows.
 func TestWaveLaunchesWireTheWorkspace(t *testing.T) {
 	req := plugintest.AffineRequest(11, 3072, 8200, 4, 64, true)
 	c, why := waveAdmit(req, hopper())
@@ -256,6 +259,17 @@ func TestWaveLaunchesWireTheWorkspace(t *testing.T) {
 	noBias := int4Request(16, 4096, 14336)
 	cn, _ := waveAdmit(noBias, hopper())
 	assert.Equal(t, gpukernel.NullPointer, cn.launches(noBias).main.Params[4])
+
+	// Two token tiles: each line of prepared x holds two tiles, and the
+	// preparation takes a block per line and tile.
+	req32 := plugintest.AffineRequest(32, 3072, 8200, 4, 64, false)
+	c32, why := waveAdmit(req32, hopper())
+	require.Empty(t, why)
+	require.Equal(t, 2, c32.TT)
+	assert.Equal(t, int64(12*2*(17*512+64)), c32.workspaceBytes(req32), "12 lines of two tiles of prepared x")
+	assert.Equal(t, [3]uint32{24, 1, 1}, c32.launches(req32).prep.Grid)
+	assert.Equal(t, 2, c32.variant().Defines["TT"])
+	assert.Equal(t, (c32.rows()*128+2*(17*512+64)+1023)/1024*1024, c32.lineBytes(), "a slot: a line of weights and two tiles of x")
 }
 
 // TestWaveVariantsCompile compiles the variant qmm/wave runs for every GPU

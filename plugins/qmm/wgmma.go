@@ -64,8 +64,9 @@ const (
 // wgmma with the weights dequantised to fp16 in registers (one rounding per
 // weight, 2^-11 relative) and x scaled per token by a power of two into
 // fp16. It serves 4- and 8-bit weights in groups of 64 at 17 or more
-// tokens on compute capability 9.0; the host times it against the tiled
-// kernel (and, up to 32 tokens, qmm/stream) and keeps the fastest.
+// tokens on compute capability 9.0; the host's tuner times it against the
+// tiled kernel (and, up to 32 tokens, qmm/stream and qmm/wave) and keeps
+// the fastest.
 type qmmWGMMA struct{}
 
 var _ sdk.Candidate = qmmWGMMA{}

@@ -142,7 +142,7 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 			assert.Contains(t, adm.Reason, c.want)
 		})
 	}
-	assert.True(t, qmmWGMMA{}.Admit(int4Request(33, 4096, 4096), hopper()).Admitted, "33 tokens is the first admitted count")
+	assert.True(t, qmmWGMMA{}.Admit(int4Request(17, 4096, 4096), hopper()).Admitted, "17 tokens is the first admitted count")
 }
 
 func int32Of(t *testing.T, p sdk.Param) int32 {

@@ -78,7 +78,7 @@ func GPURequests() []sdk.Request {
 		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(150, 4096, 25464, 4, 64, true), // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles
-		a(17, 4096, 14344, 4, 64, true),  // qmm/wgmma below 33 tokens: 17 of a 64-token tile, a partial row block
+		a(17, 4096, 14344, 4, 64, true),  // qmm/wgmma below 33 tokens (17 of a 64-token tile) and qmm/wave's two token tiles, a partial row block
 		a(32, 2048, 1032, 8, 64, false),  // the same at 8 bits, a whole half tile
 		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts
 		a(1, 2304, 4240, 8, 32, true),    // gemv/bulk: 24 groups per stage, 16-row tiles, several per block

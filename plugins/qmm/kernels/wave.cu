@@ -37,7 +37,7 @@
 // of 16 bytes a row) into a ring of NSB slots; CW = WR x WK consumer warps:
 // WR row groups of NT n-tiles (8 rows each) x WK warps that take every
 // WK-th line, summed in shared memory at the end. mma.sync m16n8k16 with
-// the 16 tokens as M (A = x / sigma in fp16, sigma a power of two per token
+// each tile's 16 tokens as M (A = x / sigma in fp16, sigma a power of two per token
 // and line, prepared once per call in fragment order) and the rows as N
 // (B = s*q or 16 s*q, dequantised in registers: lop3 to 1024 + q or
 // 1024 + 16q, then one fma with (s, -1024 s), exact but for the one
@@ -263,8 +263,8 @@ KC_DEV u32 kc_lds16(u32 addr) {
 
 
 // ---------------------------------------------------------------------------
-// Xprep: one block per line L (256 inputs) for the 16 token slots (slots
-// past the end are zeros). The tokens' pieces of the line arrive in shared
+// Xprep: one block per line L (256 inputs) and token tile: its 16 token
+// slots, tokens 16 tt.. (slots past the end are zeros). The tokens' pieces of the line arrive in shared
 // memory; per token, sigma = 2^k with max|x| / sigma in [2^8, 2^9) over the
 // line (k clamped to [-126, 127]), so that x / sigma and its group sums fit
 // fp16. Step s, lane (gid, tig): a0/a1 (token gid / gid + 8) pair kslots
