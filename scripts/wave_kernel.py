@@ -4,8 +4,9 @@
 
 Correctness: fresh random 4-bit g64 weights and x at 9 to 32 tokens, y
 poisoned before each call, against the float64 reference (the family's
-gate). Bench: 16 tokens (--tokens) at the issue's five shapes against torch's bf16 matmul and qmm/bulk in the
-same run (CUDA graphs, weights rotated beyond L2, as affine_kernels.py).
+gate). Bench: 16 tokens (--tokens) at the issue's five shapes against
+torch's bf16 matmul and, up to 16 tokens, qmm/bulk in the same run (CUDA
+graphs, weights rotated beyond L2, as affine_kernels.py).
 
     python3 scripts/wave_kernel.py [--only correctness|bench] [--configs NT:WR:WK[:NS[:NSB[:KS]]][:K=V...],...]
         [--variant K=V[:K=V...]] [--shapes INxOUT,...] [--tokens 16] [--main-only] [--once] [--power]
