@@ -12,6 +12,7 @@ MAX_SMEM = 217 * 1024   # waveMaxShared: leaves room for an xprep block (8.5 KB)
 XTILE = 17 * 512 + 64   # waveXTileBytes: one token tile (16 tokens) of a line of prepared x
 PAIR_MIN_LINES = 56     # wavePairMinLines
 MAX_LINE_SLOTS = 16     # waveMaxLineSlots
+MAX_TILES, MAX_TILES_TWO = 8, 5   # waveMaxTiles, waveMaxTilesTwo: n-tiles a warp at one and two token tiles
 
 
 def xline(cfg: dict) -> int:
@@ -37,8 +38,8 @@ def wave_config(out_f: int, sms: int, in_f: int = 0, tokens: int = 16) -> dict:
     of lines; at exactly 64 rows, a cluster of two takes twice the rows
     where each block keeps PAIR_MIN_LINES lines and two line slots per K
     warp fit; WR row groups (a power of two, at least 2) of NT <= 8
-    n-tiles; 8 consumer warps; as many line slots as fit; above 16 tokens
-    two token tiles (TT 2)."""
+    n-tiles (5 with two token tiles); 8 consumer warps; as many line slots
+    as fit; above 16 tokens two token tiles (TT 2)."""
     tt = 2 if tokens > 16 else 1
     tiles = lambda ks: min(-(-out_f // (8 * max(sms // ks, 1))), 32)   # a tensor-map box holds at most 256 rows
     ks = 1
@@ -57,7 +58,8 @@ def wave_config(out_f: int, sms: int, in_f: int = 0, tokens: int = 16) -> dict:
 def _ring(n8: int, ks: int, tt: int = 1) -> dict:
     """waveRing: blocks of n8 n-tiles in clusters of ks, tt token tiles."""
     wr = 2   # at least two row groups: at most 4 K warps, so the ring takes multiples of 4 line slots
-    while -(-n8 // wr) > 8:
+    max_tiles = MAX_TILES_TWO if tt > 1 else MAX_TILES   # two token tiles: at most 5 n-tiles, no spills
+    while -(-n8 // wr) > max_tiles and wr < 8:
         wr *= 2
 
     def ring(wr: int) -> dict:

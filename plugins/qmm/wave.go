@@ -61,6 +61,15 @@ const (
 	// waveWarps is the consumer warps of a block; waveMaxLineSlots caps
 	// its ring of lines.
 	waveWarps, waveMaxLineSlots = 8, 16
+	// waveMaxTiles is the most n-tiles a consumer warp takes with one
+	// token tile; waveMaxTilesTwo with two, whose sums need twice the
+	// registers. With nine warps a block, three share a scheduler, so
+	// ptxas caps a thread at 168 registers: at two token tiles 5 n-tiles
+	// took 155, 6 spilled 8 bytes and 7 spilled 320. Twice the row groups
+	// of at most 5 n-tiles were as fast or faster wherever measured
+	// (bench/NOTES.md, twenty-first session, 32 tokens: 8192->28672 63.0
+	// us against 65.5, 4096->22016 29.3 against 30.3).
+	waveMaxTiles, waveMaxTilesTwo = 8, 5
 	// waveMaxCluster is the most blocks of a thread-block cluster that
 	// share a block's rows, each over a part of the lines (a portable
 	// cluster size).
@@ -192,7 +201,8 @@ type waveConfig struct {
 //     inputs split into whole pairs of lines for its two blocks and each
 //     would still stream at least wavePairMinLines lines, such a cluster
 //     takes them (if two line slots per K warp fit; else as above);
-//   - WR row groups (a power of two, at least 2) of NT <= 8 n-tiles, so
+//   - WR row groups (a power of two, at least 2) of NT <= waveMaxTiles
+//     n-tiles (waveMaxTilesTwo with two token tiles), so
 //     rows round up to a multiple of 8 WR, and waveWarps consumer warps;
 //   - line and scale slots as below;
 //   - above waveTokenTile tokens two token tiles (TT 2), whose lines of x
@@ -234,8 +244,12 @@ func waveRing(n8, ks, tt, maxShared int) (waveConfig, bool) {
 	// 12 line slots (a multiple of WK) where 8 would be all that WK 8
 	// allowed; 28672->8192 at 16 tokens in 64-row blocks: 47.6 us against
 	// 55.5 (bench/NOTES.md, seventeenth session).
+	maxTiles := waveMaxTiles
+	if tt > 1 {
+		maxTiles = waveMaxTilesTwo
+	}
 	wr := 2
-	for ceilDiv(n8, wr) > 8 {
+	for ceilDiv(n8, wr) > maxTiles && wr < waveWarps {
 		wr *= 2
 	}
 	c, ok := waveSlots(waveGroups(n8, wr, ks, tt), maxShared)

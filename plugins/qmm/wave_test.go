@@ -34,7 +34,9 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 		{"few outputs: pairs", int4Request(16, 4096, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2 over the inputs"},
 		{"few outputs, long inputs: pairs", int4Request(16, 14336, 4096), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 2"},
 		{"fewer outputs: clusters of 4", int4Request(12, 4096, 2056), "rows=64 NT=4 WR=2 WK=4 NS=12 NSB=6 in clusters of 4"},
-		{"two token tiles, 224-row blocks", int4Request(32, 8192, 28672), "rows=224 NT=7 WR=4 WK=2 NS=4 NSB=3 TT=2"},
+		{"two token tiles: at most 5 n-tiles a warp, 256-row blocks", int4Request(32, 8192, 28672), "rows=256 NT=4 WR=8 WK=1 NS=4 NSB=2 TT=2"},
+		{"two token tiles: 21 n-tiles in 8 row groups", int4Request(24, 4096, 22016), "rows=192 NT=3 WR=8 WK=1 NS=4 NSB=3 TT=2"},
+		{"two token tiles: 5 n-tiles a warp", int4Request(32, 3584, 18944), "rows=160 NT=5 WR=4 WK=2 NS=4 NSB=3 TT=2"},
 		{"two token tiles: twice the row groups for two slots a K warp", int4Request(17, 4096, 14336), "rows=128 NT=4 WR=4 WK=2 NS=6 NSB=3 TT=2"},
 		{"two token tiles, few outputs: pairs", int4Request(24, 4096, 4096), "rows=64 NT=4 WR=2 WK=4 NS=8 NSB=4 TT=2 in clusters of 2"},
 	} {
