@@ -99,6 +99,9 @@ func GPURequests() []sdk.Request {
 		// partial; clusters of four over the inputs
 		a(32, 3072, 8200, 4, 64, false),
 		a(20, 4096, 2056, 4, 64, true),
+		// two token tiles in 8 row groups of 3 n-tiles, one K warp each
+		// (at most 5 n-tiles a warp), the last row block partial
+		a(24, 2048, 22008, 4, 64, true),
 	}
 }
 
