@@ -3,7 +3,9 @@
 // timed standalone by `python3 scripts/wave_kernel.py`. Up to 16 tokens one
 // token tile (TT 1); above, two (TT 2): every unpacked weight then meets two
 // mma, one a tile (twentieth session, 32 tokens: 8192->28672 67.1 us against
-// qmm/wgmma's 102.0, 28672->8192 63.5 against qmm/stream's 96.9).
+// qmm/wgmma's 102.0, 28672->8192 63.5 against qmm/stream's 96.9; twenty-first,
+// with at most 5 n-tiles a warp so that the sums need no spills: 8192->28672
+// 62.8-63.0).
 //
 //   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
 //
