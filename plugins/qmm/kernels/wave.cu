@@ -80,7 +80,10 @@
 // nothing and computes on whatever shared memory holds (the arithmetic
 // alone), KC_DIAG_RACE runs both side by side without waiting on each
 // other (the copier reuses a slot once its last copy has landed, the
-// consumers never wait): what perfect overlap would give. Nineteenth
+// consumers never wait): what perfect overlap would give; KC_DIAG_NOX
+// copies the weights but never x: what x's traffic costs (twenty-first
+// session, 16 tokens: 28672->8192 46.5-46.7 us against 43.8, 14336->4096
+// 17.7-17.8 against 16.5-16.6, 8192->28672 within 2 %). Nineteenth
 // session, 16 tokens, the product alone (bench/NOTES.md): 8192->28672
 // 40.7 us, side by side 38.4, the feed alone 33.4, the arithmetic alone
 // 30.1; 28672->8192 (64-row blocks) 44.9, 44.7, 35.8 and 30.9. At these
@@ -124,11 +127,14 @@ typedef unsigned long long u64;
 #ifndef KC_DIAG_NOFEED
 #define KC_DIAG_NOFEED 0   // 1 copies nothing
 #endif
+#ifndef KC_DIAG_NOX
+#define KC_DIAG_NOX 0      // 1 copies the weights but never x (x's traffic left out)
+#endif
 #ifndef KC_DIAG_RACE
 #define KC_DIAG_RACE 0     // 1 runs the feed and the arithmetic side by side, unsynchronised
 #endif
-#if KC_DIAG_NOMATH + KC_DIAG_NOFEED + KC_DIAG_RACE > 1
-#error "the diagnostics KC_DIAG_NOMATH, KC_DIAG_NOFEED and KC_DIAG_RACE exclude each other"
+#if KC_DIAG_NOMATH + KC_DIAG_NOFEED + KC_DIAG_RACE + KC_DIAG_NOX > 1
+#error "the diagnostics KC_DIAG_NOMATH, KC_DIAG_NOFEED, KC_DIAG_RACE and KC_DIAG_NOX exclude each other"
 #endif
 #if KS != 1 && KS != 2 && KS != 4 && KS != 8
 #error "KS must be 1, 2, 4 or 8 (a portable cluster)"
@@ -420,10 +426,11 @@ affine_wave(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 if (L >= NS) kc_bar_wait(kc_smem(&empty[slot]), ((L / NS) - 1) & 1);
 #endif
                 const u32 bar = kc_smem(&full[slot]);
-                kc_bar_expect(bar, WLINE_BYTES + XLINE_BYTES);
+                kc_bar_expect(bar, WLINE_BYTES + (KC_DIAG_NOX ? 0 : XLINE_BYTES));
                 kc_tma2d(sbase + slot * LINE_BYTES, &wmap, (L0 + L) * 32, row0, bar);
             };
             auto issue_x = [&](int L) {
+                if (KC_DIAG_NOX) return;   // diagnostic: x is never copied (outputs wrong)
                 const int slot = L % NS;
                 kc_bulk(sbase + slot * LINE_BYTES + WLINE_BYTES, xlines + (long long)L * XLINE_BYTES, XLINE_BYTES,
                         kc_smem(&full[slot]));
