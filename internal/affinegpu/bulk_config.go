@@ -22,6 +22,7 @@ type BulkConfig struct {
 	FP16        bool // fp16 operands, x converted once per block and kept resident
 	Parts       int  // copies per stage, each released once used (1, 2 or 4)
 	KS          int  // K slices (0: none; above 1 SPLITK): blockIdx.y takes in/KS inputs, the sums meet in a float workspace
+	XHold       int  // FP16: the producer holds this stage until the consumers have converted x (0: never; bulkXHold)
 }
 
 // The bulk rule's constants: 512 packed bytes of each row per stage (256
@@ -78,9 +79,43 @@ func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 	if why == "" && cfg.MT == 4 && cfg.CW < bulkWarps {
 		// 64-row tiles only where eight warps' stages fit; else the
 		// narrower tiles' rule.
-		return chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, false, fp16)/16, ks)
+		cfg, why = chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, false, fp16)/16, ks)
+	}
+	if why == "" {
+		cfg.XHold = bulkXHold(req, cfg, sms)
 	}
 	return cfg, why
+}
+
+// bulkXHoldRing is the ring bulkXHold applies to: 8 stages (512-byte row
+// pieces in 32-row tiles, or 256-byte ones in 64-row tiles).
+const bulkXHoldRing = 8
+
+// bulkXHold is the stage at which the producer waits for the consumers to
+// have converted x (XHOLD in the kernel), or 0. The consumers load x after
+// the wait for the grid ahead, and those loads come back behind every
+// weight copy the block has in flight; with the whole ring in flight the
+// first stage was used 2 us after a block's start later than without the
+// conversion (bench/NOTES.md, twenty-first session). So at one token with
+// fp16 operands, unsliced, a ring of bulkXHoldRing stages and a busiest
+// block of more than half a ring and at most three rings of stages, only
+// half the ring goes before x. Same call, three rounds, us, against the
+// whole ring: 4096->6144 6.3 against 7.3-7.4, 4096->11008 8.8 against
+// 9.0-9.1, 4096->14336 10.9-11.0 against 11.6-11.7, 5120->13824 12.6
+// against 13.6, 8192x8192 12.1 against 12.2 (g64) and 11.9 against
+// 12.0-12.1 (g128), but 13.0 against 12.9 in groups of 32. Longer blocks
+// lose the prefetch (8192->28672, 56 stages: 33.0-33.6 against 32.8;
+// 4096->28672, 28: the same), and so did rings of 16 stages (3584->18944
+// 13.8-13.9 against 13.3, 2304->16896 in groups of 32 8.8 against 8.7).
+func bulkXHold(req sdk.Request, c BulkConfig, sms int) int {
+	if req.Tokens != 1 || !c.FP16 || c.KS > 1 || c.NS != bulkXHoldRing {
+		return 0
+	}
+	stages := ceilDiv(ceilDiv(req.OutFeatures, 16*c.MT), max(sms, 1)) * (req.InFeatures / (c.U * c.Group))
+	if stages <= c.NS/2 || stages > 3*c.NS {
+		return 0
+	}
+	return c.NS / 2
 }
 
 // bulkSplits is the K slices above BulkSplitTokens tokens (0: none fit):
@@ -299,6 +334,9 @@ func (c BulkConfig) Defines() map[string]int {
 	if c.KS > 1 {
 		d["SPLITK"] = 1
 	}
+	if c.XHold > 0 {
+		d["XHOLD"] = c.XHold
+	}
 	return d
 }
 
@@ -323,6 +361,9 @@ func (c BulkConfig) Describe() string {
 	slices := ""
 	if c.KS > 1 {
 		slices = fmt.Sprintf(", %d K slices", c.KS)
+	}
+	if c.XHold > 0 {
+		slices += fmt.Sprintf(", x ahead of stage %d", c.XHold)
 	}
 	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps (%d per stage), %d stages of %d groups in %d part(s), %s operands%s",
 		c.Bits, c.Group, 16*c.MT, c.CW, c.WK, c.NS, c.U, c.Parts, operands, slices)

@@ -37,17 +37,23 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		shared int
 	}{
 		{a(1, 4096, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1}, 166064},
-		{a(1, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1}, 166064},
+		{a(1, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4}, 166064},
 		{a(1, 14336, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, Parts: 1}, 181408},
 		{a(1, 8192, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1}, 175280},
 		{a(1, 28672, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, Parts: 2}, 197920},
-		{a(1, 8192, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2}, 199984},
+		{a(1, 8192, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, XHold: 4}, 199984},
 		{a(1, 8192, 8192, 8, 64, false), BulkConfig{Bits: 8, Group: 64, MT: 2, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, Parts: 2}, 173344},
 		{a(1, 16384, 16384, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 16, NS: 8, XT: 1, Parts: 2}, 230688},
+		// x ahead of half the ring (XHold) only at one token with fp16, a
+		// ring of 8 and blocks of 5 to 24 stages: 4096->14336 and 8192x8192
+		// above take it; 4096x4096 (4 stages), 8192->28672 (56) and
+		// 3584->18944 (a ring of 16) below do not
+		{a(1, 4096, 6144, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4}, 166064},
+		{a(4, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 4, FP16: true, Parts: 1}, 193760},
 		// 64-row tiles would leave room for four warps only: 32-row tiles
-		{a(1, 8192, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1}, 193712},
+		{a(1, 8192, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4}, 193712},
 		{a(1, 1024, 8192, 4, 64, true), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2}, 183856},
-		{a(1, 8192, 8192, 4, 128, false), BulkConfig{Bits: 4, Group: 128, MT: 2, CW: 8, WK: 2, U: 8, NS: 8, XT: 1, FP16: true, Parts: 1}, 166064},
+		{a(1, 8192, 8192, 4, 128, false), BulkConfig{Bits: 4, Group: 128, MT: 2, CW: 8, WK: 2, U: 8, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4}, 166064},
 		{a(1, 4096, 4096, 8, 32, false), BulkConfig{Bits: 8, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, Parts: 1}, 173216},
 		{a(1, 4096, 4096, 8, 128, false), BulkConfig{Bits: 8, Group: 128, MT: 2, CW: 4, WK: 2, U: 8, NS: 4, XT: 1, Parts: 1}, 152656},
 		// groups that want (16 or 32) does not divide: 24 groups per

@@ -171,6 +171,20 @@
 //          59.8, 4096->14336 19.5 / 19.5 against 19.7 / 19.6, 14336->4096
 //          20.5 / 20.6 against 20.8 / 20.8, 4096^2 9.0 / 9.1 against 9.1 /
 //          9.1; one token within 0.1 (8192->28672 32.8 against 32.9-33.3)
+//   XHOLD  FP16, 0 (default) or a stage number: the producer copies stages
+//          0..XHOLD-1, then waits until the consumers have converted x
+//          (an mbarrier they arrive on after their barrier). Their loads
+//          of x follow the wait for the grid ahead and come back behind
+//          every copy the block has in flight; with the whole ring in
+//          flight a block used its first stage 2 us later than without
+//          the conversion. Twenty-first session, one token, same call, us,
+//          XHOLD 4 (half a ring of 8) against 0: 4096->6144 6.3 / 7.3,
+//          4096->14336 10.9 / 11.6, 5120->13824 12.6 / 13.6, 4096->11008
+//          8.8 / 9.0; but 8192->28672 (56 stages a block) 33.0-33.6 /
+//          32.8, and with rings of 16 stages 3584->18944 13.9 / 13.3. The
+//          Go rule (bulkXHold) takes half a ring of 8 at one token where a
+//          block has more than half a ring and at most three rings of
+//          stages
 //   XCB    FP16: (token, half group) items of x each consumer thread loads
 //          at once when it converts x (default 1 up to 8 tokens, else 64
 //          loaded bytes: 8 in groups of 32, 4 of 64, 2 of 128)
@@ -331,6 +345,9 @@ typedef unsigned short u16;
 #endif
 #if NS < 2 || NS > 16 || NS % SG != 0
 #error "NS must be 2..16 and a multiple of CW/WK"
+#endif
+#ifndef XHOLD
+#define XHOLD 0   // FP16: the producer holds stage XHOLD until the consumers have x (0: never); see MACROS
 #endif
 #ifndef FP16
 #define FP16 0    // 1: fp16 operands and resident x (4 bits): see "FP16" at the top
@@ -699,7 +716,13 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 
     for (int i = threadIdx.x; i < NS * RED_FLOATS; i += blockDim.x) red[i] = 0.f;
     for (int i = threadIdx.x; i < NS; i += blockDim.x) cnt[i] = 0;
+#if FP16 && XHOLD
+    __shared__ __align__(8) unsigned long long xbar;   // the consumers have converted x
+#endif
     if (threadIdx.x == 0) {
+#if FP16 && XHOLD
+        kc_bar_init(kc_smem(&xbar), 1);
+#endif
         for (int p = 0; p < PARTS; ++p)
             for (int s = 0; s < NS; ++s) {
                 kc_bar_init(full0 + 16 * NS * p + 8 * s, 1);    // the producer's expect_tx; the copies complete its bytes
@@ -732,6 +755,9 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             kc_stage(i, nch, my_tiles, k, c);
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             const u32 full = full_p + 8 * s;
+#if FP16 && XHOLD
+            if (i == XHOLD) KC_TL_WAIT(kc_smem(&xbar), 0);   // x's loads not behind a whole ring of weights
+#endif
             if (i >= NS) KC_TL_WAIT(empty_p + 8 * s, ((i / NS) + 1) & 1);
             const u32 dst = sbase + s * STAGE;
             kc_bar_expect(full, TR * SEG / PARTS + (part ? 0 : SBUF) + (FP16 ? 0 : ntok * XSEG / PARTS));
@@ -877,6 +903,9 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             }
         }
         asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");   // the consumer warps only
+#if XHOLD
+        if (threadIdx.x == 0) kc_bar_arrive(kc_smem(&xbar));   // the producer may go on
+#endif
     }
 #endif
     // A warp's sums for the tile it is in, over its consecutive chunks of
