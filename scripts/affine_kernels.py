@@ -395,7 +395,9 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
     # x ahead of half the ring (Go bulkXHold): one token, fp16, unsliced, a ring of 8 stages and a
     # busiest block of more than half a ring and at most three rings of stages (twenty-first
     # session: 4096->14336 10.9-11.0 us against 11.6-11.7, 4096->6144 6.3 against 7.3-7.4)
-    if "XHOLD" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1 and ns == 8:
+    # (and 1 KiB of shared memory to spare: the hold's mbarrier is static, ahead of the 1024-aligned dynamic part)
+    if ("XHOLD" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1 and ns == 8
+            and bulk_smem_bytes(cfg, in_f) + 1024 <= BULK_MAX_SMEM):
         stages = -(-(-(-out_f // (16 * mt))) // max(1, sms * bps)) * (kin // (u * group))
         if ns // 2 < stages <= 3 * ns:
             cfg["XHOLD"] = ns // 2

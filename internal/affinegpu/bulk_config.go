@@ -82,14 +82,22 @@ func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 		cfg, why = chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, false, fp16)/16, ks)
 	}
 	if why == "" {
-		cfg.XHold = bulkXHold(req, cfg, sms)
+		cfg.XHold = bulkXHold(req, cfg, sms, maxShared)
 	}
 	return cfg, why
 }
 
 // bulkXHoldRing is the ring bulkXHold applies to: 8 stages (512-byte row
 // pieces in 32-row tiles, or 256-byte ones in 64-row tiles).
-const bulkXHoldRing = 8
+// bulkXHoldPad is the shared memory a held variant must leave free: its
+// mbarrier is a static __shared__ variable, ahead of the dynamic shared
+// memory, whose 1024-byte alignment the kernel relies on, so the dynamic
+// part may start up to 1 KiB later. (Measured only well below the limit:
+// the held variants timed took 166-200 KB.)
+const (
+	bulkXHoldRing = 8
+	bulkXHoldPad  = 1024
+)
 
 // bulkXHold is the stage at which the producer waits for the consumers to
 // have converted x (XHOLD in the kernel), or 0. The consumers load x after
@@ -104,11 +112,13 @@ const bulkXHoldRing = 8
 // 9.0-9.1, 4096->14336 10.9-11.0 against 11.6-11.7, 5120->13824 12.6
 // against 13.6, 8192x8192 12.1 against 12.2 (g64) and 11.9 against
 // 12.0-12.1 (g128), but 13.0 against 12.9 in groups of 32. Longer blocks
-// lose the prefetch (8192->28672, 56 stages: 33.0-33.6 against 32.8;
-// 4096->28672, 28: the same), and so did rings of 16 stages (3584->18944
-// 13.8-13.9 against 13.3, 2304->16896 in groups of 32 8.8 against 8.7).
-func bulkXHold(req sdk.Request, c BulkConfig, sms int) int {
-	if req.Tokens != 1 || !c.FP16 || c.KS > 1 || c.NS != bulkXHoldRing {
+// gained nothing or lost (4096->28672, 28 stages: the same; 8192->28672,
+// 56: 33.0-33.6 against 32.8; nothing between 28 and 56 was measured),
+// and so did rings of 16 stages (3584->18944 13.8-13.9 against 13.3,
+// 2304->16896 in groups of 32 8.8 against 8.7). Variants within
+// bulkXHoldPad of maxShared are left alone.
+func bulkXHold(req sdk.Request, c BulkConfig, sms, maxShared int) int {
+	if req.Tokens != 1 || !c.FP16 || c.KS > 1 || c.NS != bulkXHoldRing || c.sharedBytes(req.InFeatures)+bulkXHoldPad > maxShared {
 		return 0
 	}
 	stages := ceilDiv(ceilDiv(req.OutFeatures, 16*c.MT), max(sms, 1)) * (req.InFeatures / (c.U * c.Group))

@@ -50,6 +50,9 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// 3584->18944 (a ring of 16) below do not
 		{a(1, 4096, 6144, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4}, 166064},
 		{a(4, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 4, FP16: true, Parts: 1}, 193760},
+		// within 1 KiB of the shared memory (the hold's static mbarrier may
+		// push the dynamic part up by that much): no hold
+		{a(1, 7168, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 16, NS: 8, XT: 1, FP16: true, Parts: 2}, 232240},
 		// 64-row tiles would leave room for four warps only: 32-row tiles
 		{a(1, 8192, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4}, 193712},
 		{a(1, 1024, 8192, 4, 64, true), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2}, 183856},

@@ -184,7 +184,9 @@
 //          32.8, and with rings of 16 stages 3584->18944 13.9 / 13.3. The
 //          Go rule (bulkXHold) takes half a ring of 8 at one token where a
 //          block has more than half a ring and at most three rings of
-//          stages
+//          stages, and 1 KiB of shared memory is left over (the mbarrier
+//          is a static __shared__ variable ahead of the 1024-aligned
+//          dynamic part)
 //   XCB    FP16: (token, half group) items of x each consumer thread loads
 //          at once when it converts x (default 1 up to 8 tokens, else 64
 //          loaded bytes: 8 in groups of 32, 4 of 64, 2 of 128)
@@ -351,6 +353,9 @@ typedef unsigned short u16;
 #endif
 #ifndef FP16
 #define FP16 0    // 1: fp16 operands and resident x (4 bits): see "FP16" at the top
+#endif
+#if XHOLD && !FP16
+#error "XHOLD needs FP16 (x resident, converted by the consumers)"
 #endif
 #if FP16 && BITS != 4
 #error "FP16 needs BITS=4"
@@ -756,7 +761,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             const u32 full = full_p + 8 * s;
 #if FP16 && XHOLD
-            if (i == XHOLD) KC_TL_WAIT(kc_smem(&xbar), 0);   // x's loads not behind a whole ring of weights
+            if (i == XHOLD) kc_bar_wait(kc_smem(&xbar), 0);   // x's loads not behind a whole ring of weights (not a slot wait: untimed)
 #endif
             if (i >= NS) KC_TL_WAIT(empty_p + 8 * s, ((i / NS) + 1) & 1);
             const u32 dst = sbase + s * STAGE;
