@@ -398,7 +398,8 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
     # (and 1 KiB of shared memory to spare: the hold's mbarrier is static, ahead of the 1024-aligned dynamic part)
     if ("XHOLD" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1 and ns == 8
             and bulk_smem_bytes(cfg, in_f) + 1024 <= BULK_MAX_SMEM):
-        stages = -(-(-(-out_f // (16 * mt))) // max(1, sms * bps)) * (kin // (u * group))
+        tiles = -(-out_f // (16 * mt))
+        stages = -(-tiles // max(1, sms * bps)) * (kin // (u * group))   # the busiest block's
         if ns // 2 < stages <= 3 * ns:
             cfg["XHOLD"] = ns // 2
     return cfg

@@ -102,9 +102,9 @@ const (
 // bulkXHold is the stage at which the producer waits for the consumers to
 // have converted x (XHOLD in the kernel), or 0. The consumers load x after
 // the wait for the grid ahead, and those loads come back behind every
-// weight copy the block has in flight; with the whole ring in flight the
-// first stage was used 2 us after a block's start later than without the
-// conversion (bench/NOTES.md, twenty-first session). So at one token with
+// weight copy the block has in flight; with the whole ring in flight a
+// block used its first stage 2 us later than without the conversion
+// (bench/NOTES.md, twenty-first session). So at one token with
 // fp16 operands, unsliced, a ring of bulkXHoldRing stages and a busiest
 // block of more than half a ring and at most three rings of stages, only
 // half the ring goes before x. Same call, three rounds, us, against the
@@ -368,13 +368,13 @@ func (c BulkConfig) Describe() string {
 	if c.FP16 {
 		operands = "fp16"
 	}
-	slices := ""
+	extra := ""
 	if c.KS > 1 {
-		slices = fmt.Sprintf(", %d K slices", c.KS)
+		extra = fmt.Sprintf(", %d K slices", c.KS)
 	}
 	if c.XHold > 0 {
-		slices += fmt.Sprintf(", x ahead of stage %d", c.XHold)
+		extra += fmt.Sprintf(", x ahead of stage %d", c.XHold)
 	}
 	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps (%d per stage), %d stages of %d groups in %d part(s), %s operands%s",
-		c.Bits, c.Group, 16*c.MT, c.CW, c.WK, c.NS, c.U, c.Parts, operands, slices)
+		c.Bits, c.Group, 16*c.MT, c.CW, c.WK, c.NS, c.U, c.Parts, operands, extra)
 }

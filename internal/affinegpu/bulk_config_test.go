@@ -46,8 +46,8 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		{a(1, 16384, 16384, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 16, NS: 8, XT: 1, Parts: 2}, 230688},
 		// x ahead of half the ring (XHold) only at one token with fp16, a
 		// ring of 8 and blocks of 5 to 24 stages: 4096->14336 and 8192x8192
-		// above take it; 4096x4096 (4 stages), 8192->28672 (56) and
-		// 3584->18944 (a ring of 16) below do not
+		// above take it, 4096x4096 (4 stages) and 8192->28672 (56) above
+		// and 3584->18944 (a ring of 16) below do not, nor 4 tokens
 		{a(1, 4096, 6144, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4}, 166064},
 		{a(4, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 4, FP16: true, Parts: 1}, 193760},
 		// within 1 KiB of the shared memory (the hold's static mbarrier may
