@@ -21,6 +21,9 @@ const (
 	SourceHeuristic PlanSource = "heuristic"
 	// SourceFallback plans use the family's fallback without measuring.
 	SourceFallback PlanSource = "fallback"
+	// SourceBucket plans take the candidate measured (or cached) for the
+	// largest token count of their bucket (see BucketScheme).
+	SourceBucket PlanSource = "bucket"
 )
 
 // Plan is the chosen candidate for a request, with its provenance.
@@ -37,9 +40,15 @@ type Plan struct {
 	Reason string
 	// Decision holds the measurement when Source is SourceMeasured.
 	Decision *Decision
+	// Representative is, when Source is SourceBucket, the plan of the
+	// bucket's largest token count that this plan shares.
+	Representative *Plan
 
 	entry Entry
 	host  *Host
+	// transient marks a stand-in served while another caller tunes: it is
+	// not kept as the key's plan.
+	transient bool
 }
 
 // String describes the plan in one line.

@@ -26,6 +26,9 @@ type Stats struct {
 	// ChannelCalls and RPCCalls count remote executions (tuning and
 	// engine runs) by transport: the doorbell channel or a gRPC call.
 	ChannelCalls, RPCCalls int64
+	// Shared counts plans that took the measurement of their token
+	// bucket's representative instead of one of their own.
+	Shared int64
 }
 
 // planner turns requests into plans: policy, then cache, then one
@@ -39,7 +42,7 @@ type planner struct {
 	logger   hclog.Logger
 	hw       sdk.Hardware
 
-	tunings, cacheHits atomic.Int64
+	tunings, cacheHits, shares atomic.Int64
 
 	mu     sync.Mutex
 	plans  map[string]*Plan
@@ -98,7 +101,7 @@ func (pl *planner) plan(ctx context.Context, req sdk.Request) (*Plan, error) {
 	}
 	pl.mu.Lock()
 	delete(pl.claims, key)
-	if c.err == nil {
+	if c.err == nil && !c.plan.transient {
 		pl.plans[key] = c.plan // every decision holds for the rest of the run
 	}
 	pl.mu.Unlock()
@@ -123,6 +126,9 @@ func (pl *planner) decide(ctx context.Context, req sdk.Request) (*Plan, error) {
 	}
 	if !pl.policy.WorthTuning(req) {
 		return pl.fallback(ctx, req, fmt.Sprintf("the tuning policy does not cover %s tokens=%d", req.Phase, req.Tokens))
+	}
+	if rep, lo, hi, ok := pl.policy.representative(req); ok {
+		return pl.shared(ctx, req, rep, lo, hi)
 	}
 	if why := pl.budgetLeft(); why != "" {
 		return pl.fallback(ctx, req, why)
@@ -284,7 +290,7 @@ func (pl *planner) trace(p *Plan) {
 
 func (pl *planner) stats() Stats {
 	return Stats{Tunings: pl.tunings.Load(), CacheHits: pl.cacheHits.Load(), DeviceWork: pl.measurer.work.Load(),
-		ChannelCalls: pl.measurer.env.channelCalls.Load(), RPCCalls: pl.measurer.env.rpcCalls.Load()}
+		ChannelCalls: pl.measurer.env.channelCalls.Load(), RPCCalls: pl.measurer.env.rpcCalls.Load(), Shared: pl.shares.Load()}
 }
 
 // validateAny validates a request of any family.

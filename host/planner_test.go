@@ -149,6 +149,7 @@ func TestConcurrentPlannersTuneEachKeyOnce(t *testing.T) {
 
 func TestDecisionsAreTracedOneLineEach(t *testing.T) {
 	cfg := newHostConfig(t, "qmm", "gemv")
+	cfg.policy.Tune = []TuneRule{{Family: sdk.FamilyAffine, Phase: sdk.PhaseDecode, MinTokens: 1, MaxTokens: 1}}
 	h := cfg.open(t)
 	req := decodeKeys(1)[0]
 	_, err := h.Plan(context.Background(), req)

@@ -35,11 +35,14 @@ const (
 
 // TuneRule says that requests of a family and phase with a token count in
 // [MinTokens, MaxTokens] are worth measuring. MaxTokens 0 means no limit.
+// Buckets says whether each token count is measured on its own or shares
+// the measurement of its bucket.
 type TuneRule struct {
-	Family    sdk.Family `json:"family"`
-	Phase     sdk.Phase  `json:"phase,omitempty"`
-	MinTokens int        `json:"min_tokens,omitempty"`
-	MaxTokens int        `json:"max_tokens,omitempty"`
+	Family    sdk.Family   `json:"family"`
+	Phase     sdk.Phase    `json:"phase,omitempty"`
+	MinTokens int          `json:"min_tokens,omitempty"`
+	MaxTokens int          `json:"max_tokens,omitempty"`
+	Buckets   BucketScheme `json:"buckets,omitempty"`
 }
 
 // Matches reports whether the rule covers req.
@@ -62,6 +65,9 @@ func (r TuneRule) String() string {
 		if r.MaxTokens == 0 {
 			tokens = fmt.Sprintf("%d-", r.MinTokens)
 		}
+	}
+	if r.Buckets != BucketExact {
+		return fmt.Sprintf("%s:%s:%s:%s", r.Family, phase, tokens, r.Buckets)
 	}
 	return fmt.Sprintf("%s:%s:%s", r.Family, phase, tokens)
 }
@@ -106,16 +112,18 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// DefaultPolicy is throughput and stable; it tunes affine decode at one
-// token, every MXFP4 MoE and FP8 request, and no dense request (dense plans
-// are heuristic); a winner must be 300 bps faster; 10 s per request (room
-// for a plugin's first NVRTC compile of a kernel variant) and 60 s per host.
+// DefaultPolicy is throughput and stable; it tunes every affine request in
+// power-of-two token buckets (so an engine's prompt lengths cost one
+// measurement per bucket, not one per length), every MXFP4 MoE and FP8
+// request, and no dense request (dense plans are heuristic); a winner must
+// be 300 bps faster; 10 s per request (room for a plugin's first NVRTC
+// compile of a kernel variant) and 60 s per host.
 func DefaultPolicy() Policy {
 	return Policy{
 		Numerical: NumericalThroughput,
 		Admission: AdmissionStable,
 		Tune: []TuneRule{
-			{Family: sdk.FamilyAffine, Phase: sdk.PhaseDecode, MinTokens: 1, MaxTokens: 1},
+			{Family: sdk.FamilyAffine, Buckets: BucketPow2},
 			{Family: sdk.FamilyMXFP4MoE},
 			{Family: sdk.FamilyFP8},
 		},
@@ -130,7 +138,7 @@ const (
 	EnvNumerical      = "KCAND_NUMERICAL"           // exact | throughput
 	EnvAdmission      = "KCAND_ADMISSION"           // stable | experimental
 	EnvForce          = "KCAND_FORCE"               // affine=gemv,affine/down=qmm
-	EnvTune           = "KCAND_TUNE"                // affine:decode:1-1,fp8:*:*  ("none" for no tuning)
+	EnvTune           = "KCAND_TUNE"                // affine:*:*:pow2,fp8:*:*  ("none" for no tuning)
 	EnvMinImprovement = "KCAND_MIN_IMPROVEMENT_BPS" // 300
 	EnvKeyBudget      = "KCAND_KEY_BUDGET_MS"
 	EnvRunBudget      = "KCAND_RUN_BUDGET_MS"
@@ -243,6 +251,9 @@ func (p Policy) Validate() error {
 		if r.MaxTokens != 0 && r.MaxTokens < r.MinTokens {
 			return errdefs.Invalid("policy.tune", r.String(), "max_tokens below min_tokens")
 		}
+		if !r.Buckets.valid() {
+			return errdefs.Invalid("policy.tune.buckets", r.Buckets, "want %q or none", BucketPow2)
+		}
 	}
 	if p.MinimumImprovementBps < 0 {
 		return errdefs.Invalid("policy.minimum_improvement_bps", p.MinimumImprovementBps, "must not be negative")
@@ -300,9 +311,10 @@ func parseForce(v string) (map[string]string, error) {
 	return force, nil
 }
 
-// ParseTuneRules reads rules written family:phase:tokens, comma separated,
-// where phase is decode, prefill or *, and tokens is N, N-M, N- or *.
-// "none" means no rule.
+// ParseTuneRules reads rules written family:phase:tokens[:buckets], comma
+// separated, where phase is decode, prefill or *, tokens is N, N-M, N- or
+// *, and buckets is pow2 (omitted: each token count on its own). "none"
+// means no rule.
 func ParseTuneRules(v string) ([]TuneRule, error) {
 	rules := []TuneRule{}
 	if strings.TrimSpace(v) == "none" {
@@ -316,10 +328,15 @@ func ParseTuneRules(v string) ([]TuneRule, error) {
 		for len(parts) < 3 {
 			parts = append(parts, "*")
 		}
-		if len(parts) != 3 {
-			return nil, errdefs.Invalid(EnvTune, item, "want family:phase:tokens")
+		if len(parts) > 4 {
+			return nil, errdefs.Invalid(EnvTune, item, "want family:phase:tokens[:buckets]")
 		}
 		r := TuneRule{Family: sdk.Family(parts[0])}
+		if len(parts) == 4 {
+			if r.Buckets = BucketScheme(parts[3]); r.Buckets != BucketPow2 {
+				return nil, errdefs.Invalid(EnvTune, item, "buckets must be %s or omitted", BucketPow2)
+			}
+		}
 		if parts[1] != "*" {
 			r.Phase = sdk.Phase(parts[1])
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/internal/refcandidate"
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
 )
 
@@ -26,6 +27,7 @@ const (
 	pluginGPUFault = "gpufault" // CUDA candidate "gpufault" whose kernel writes to an illegal address
 	pluginSpy      = "spy"      // candidate "spy" fails when handed a buffer its call does not need
 	pluginLostCtx  = "lostctx"  // candidate "lostctx" fails every execution with a sticky CUDA error (on the CPU)
+	pluginEven     = "even"     // candidate "even": the reference, refusing odd token counts
 )
 
 // serveTestPlugin serves the behaviour named by the binary's file name.
@@ -47,6 +49,8 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, spy{refcandidate.Candidate{Name: "spy"}})
 	case pluginLostCtx:
 		sdk.Serve(opts, refcandidate.Candidate{Name: "lostctx", BeforeExecute: func() error { return cuda.Result(700) }})
+	case pluginEven:
+		sdk.Serve(opts, evenTokens{refcandidate.Candidate{Name: "even"}})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)
@@ -92,6 +96,17 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// evenTokens is the reference candidate, refusing odd token counts: a
+// candidate whose admission changes within a token bucket.
+type evenTokens struct{ refcandidate.Candidate }
+
+func (e evenTokens) Admit(req sdk.Request, p device.Profile) sdk.Admission {
+	if req.Tokens%2 != 0 {
+		return sdk.Admission{Reason: fmt.Sprintf("tokens=%d: even counts only", req.Tokens)}
+	}
+	return e.Candidate.Admit(req, p)
 }
 
 // spy is the reference candidate, except that it refuses a prepare that

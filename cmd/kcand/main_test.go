@@ -41,23 +41,30 @@ func TestTuneMeasuresThenServesFromCache(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), "plans.json")
 	args := []string{"tune", "--plugin-dir", pluginDir, "--device", "cpu", "--cache", cache}
 	var out, errOut bytes.Buffer
-	require.NoError(t, run(context.Background(), append(args, "--all"), &out, &errOut), errOut.String())
+	require.NoError(t, run(context.Background(), args, &out, &errOut), errOut.String())
 	text := out.String()
 	assert.Equal(t, len(demoRequests("cpu")), strings.Count(text, "→ "), text)
-	assert.Equal(t, 5, strings.Count(text, "(measured)"), "every affine demo request is measured with --all")
+	assert.Equal(t, 5, strings.Count(text, "(measured)"), "the default policy measures every affine bucket: %s", text)
+	assert.Equal(t, 1, strings.Count(text, "(bucket)"), "40 tokens share the measurement of 64: %s", text)
+	assert.Contains(t, text, "tokens 33–64 share the plan of tokens=64")
 	assert.Contains(t, text, "refused", "the prefill request refuses GEMV")
 	assert.Contains(t, text, "(heuristic)", "dense requests are planned by rule")
+	assert.Contains(t, text, "5 measured, 1 shared within a token bucket")
 	assert.NotContains(t, text, "error:")
 
 	out.Reset()
 	require.NoError(t, run(context.Background(), args, &out, &errOut), errOut.String())
 	assert.Equal(t, 5, strings.Count(out.String(), "(cached)"), "every measured request comes from the cache: %s", out.String())
-	assert.Contains(t, out.String(), "0 measured")
-	assert.Contains(t, out.String(), "0 device operations")
+	assert.Contains(t, out.String(), "0 measured, 1 shared within a token bucket, 5 from cache, 0 device operations")
+
+	out.Reset()
+	require.NoError(t, run(context.Background(), append(args, "--all"), &out, &errOut), errOut.String())
+	assert.Contains(t, out.String(), "1 measured, 0 shared within a token bucket, 5 from cache",
+		"--all measures the bucket's other count on its own: %s", out.String())
 
 	out.Reset()
 	require.NoError(t, run(context.Background(), []string{"cache", "show", "--cache", cache}, &out, &errOut))
-	assert.Contains(t, out.String(), "5 entries")
+	assert.Contains(t, out.String(), "6 entries")
 	require.NoError(t, run(context.Background(), []string{"cache", "clear", "--cache", cache}, &out, &errOut))
 	assert.NoFileExists(t, cache)
 }

@@ -38,6 +38,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fmt.Fprintf(stdout, "planning %d demo requests on %s (%s) with %d plugins; cache %s\n",
 		len(requests), h.Device().Kind(), h.Hardware().Name, len(h.Manager().Plugins()), cachePath)
 	failed := 0
+	shown := map[*host.Plan]bool{} // plans whose measurement is printed
 	start := time.Now()
 	for i, req := range requests {
 		fmt.Fprintf(stdout, "\n[%d/%d] %s\n", i+1, len(requests), req.Key())
@@ -47,8 +48,14 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintf(stdout, "  error: %v\n", err)
 			continue
 		}
-		if p.Decision != nil {
+		if p.Decision != nil && !shown[p] {
+			shown[p] = true
 			printDecision(stdout, p.Decision)
+		}
+		if r := p.Representative; r != nil && r.Decision != nil && !shown[r] {
+			shown[r] = true
+			fmt.Fprintf(stdout, "  measured at tokens=%d, the largest of its bucket:\n", r.Request.Tokens)
+			printDecision(stdout, r.Decision)
 		}
 		fmt.Fprintf(stdout, "  → %s (%s)", p.Candidate, p.Source)
 		if p.AverageMicros > 0 {
@@ -57,8 +64,8 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, ": %s\n", p.Reason)
 	}
 	st := h.Stats()
-	fmt.Fprintf(stdout, "\n%d requests in %.0f ms: %d measured, %d from cache, %d device operations for tuning\n",
-		len(requests), float64(time.Since(start).Microseconds())/1e3, st.Tunings, st.CacheHits, st.DeviceWork)
+	fmt.Fprintf(stdout, "\n%d requests in %.0f ms: %d measured, %d shared within a token bucket, %d from cache, %d device operations for tuning\n",
+		len(requests), float64(time.Since(start).Microseconds())/1e3, st.Tunings, st.Shared, st.CacheHits, st.DeviceWork)
 	if failed > 0 {
 		return fmt.Errorf("%d of %d requests could not be planned", failed, len(requests))
 	}
@@ -113,7 +120,8 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			// small batches: the stream kernel or the tiled one, by shape
 			affine(sdk.PhasePrefill, sdk.RoleAttentionOutput, 16, 4096, 4096, 4, 64),
 			affine(sdk.PhasePrefill, sdk.RoleDown, 16, 28672, 8192, 4, 64),
-			// above one mma's 16 tokens: qmm/wave's two token tiles against qmm/stream and qmm/wgmma
+			// above one mma's 16 tokens: qmm/wave's two token tiles against
+			// qmm/stream and qmm/wgmma, measured at 32, the largest of its bucket
 			affine(sdk.PhasePrefill, sdk.RoleGateUp, 24, 8192, 28672, 4, 64),
 			affine(sdk.PhasePrefill, sdk.RoleGateUp, 256, 4096, 14336, 4, 64),
 			dense(sdk.RoleRouter, 1, 2880, 32),
@@ -126,6 +134,8 @@ func demoRequests(kind device.Kind) []sdk.Request {
 		affine(sdk.PhaseDecode, sdk.RoleDown, 1, 2048, 1024, 8, 128),
 		affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 1152, 1032, 3, 64),
 		affine(sdk.PhasePrefill, sdk.RoleGateUp, 64, 1024, 1024, 4, 32),
+		// shares the measurement of 64 tokens, the largest of its bucket
+		affine(sdk.PhasePrefill, sdk.RoleGateUp, 40, 1024, 1024, 4, 32),
 		dense(sdk.RoleRouter, 1, 2880, 32),
 		dense(sdk.RoleOutputHead, 512, 4096, 128256),
 	}

@@ -1,0 +1,168 @@
+package host
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kcand/kcand/sdk"
+)
+
+func prefillRequest(tokens int) sdk.Request {
+	r := affineRequest(tokens, 256, 64, 4, 64)
+	r.Phase = sdk.PhasePrefill
+	return r
+}
+
+func TestPow2BucketsStayWithinTheRule(t *testing.T) {
+	all := TuneRule{Family: sdk.FamilyAffine, Buckets: BucketPow2}
+	bounded := TuneRule{Family: sdk.FamilyAffine, MinTokens: 6, MaxTokens: 24, Buckets: BucketPow2}
+	exact := TuneRule{Family: sdk.FamilyAffine}
+	cases := []struct {
+		name           string
+		rule           TuneRule
+		tokens, lo, hi int
+	}{
+		{"one token alone", all, 1, 1, 1},
+		{"two alone", all, 2, 2, 2},
+		{"three with four", all, 3, 3, 4},
+		{"five to eight", all, 5, 5, 8},
+		{"the top of a bucket", all, 16, 9, 16},
+		{"one past it", all, 17, 17, 32},
+		{"prefill lengths", all, 3000, 2049, 4096},
+		{"cut at the rule's minimum", bounded, 7, 6, 8},
+		{"cut at the rule's maximum", bounded, 20, 17, 24},
+		{"exact rule", exact, 24, 24, 24},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.True(t, tc.rule.Matches(affineRequest(tc.tokens, 256, 64, 4, 64)))
+			lo, hi := tc.rule.bucket(tc.tokens)
+			assert.Equal(t, []int{tc.lo, tc.hi}, []int{lo, hi})
+		})
+	}
+}
+
+func TestBucketsInRulesFilesAndVariables(t *testing.T) {
+	rules, err := ParseTuneRules("affine:*:*:pow2, fp8, affine:prefill:9-:pow2")
+	require.NoError(t, err)
+	assert.Equal(t, []TuneRule{
+		{Family: sdk.FamilyAffine, Buckets: BucketPow2},
+		{Family: sdk.FamilyAffine, Phase: sdk.PhasePrefill, MinTokens: 9, Buckets: BucketPow2},
+		{Family: sdk.FamilyFP8},
+	}, rules)
+	assert.Equal(t, "affine:prefill:9-:pow2", rules[1].String(), "String writes what ParseTuneRules reads")
+	assert.Equal(t, "fp8:*:*", rules[2].String())
+
+	for _, bad := range []string{"affine:*:*:pow3", "affine:*:*:pow2:x"} {
+		_, err := ParseTuneRules(bad)
+		assertFieldError(t, err, EnvTune, bad)
+	}
+
+	file := filepath.Join(t.TempDir(), "policy.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"tune":[{"family":"affine","buckets":"pow3"}]}`), 0o644))
+	_, err = DefaultPolicy().LoadPolicyFile(file)
+	assertFieldError(t, err, "policy.tune.buckets", BucketScheme("pow3"))
+}
+
+// TestTokenBucketSharesOneMeasurement: the counts of a bucket cost one
+// measurement, taken at the bucket's largest count; the next bucket is
+// measured on its own, and a later host serves the bucket from the cache.
+func TestTokenBucketSharesOneMeasurement(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", "gemv")
+	h := cfg.open(t)
+	ctx := context.Background()
+	p, err := h.Plan(ctx, prefillRequest(24))
+	require.NoError(t, err)
+	assert.Equal(t, SourceBucket, p.Source)
+	require.NotNil(t, p.Representative)
+	assert.Equal(t, 32, p.Representative.Request.Tokens)
+	assert.Equal(t, SourceMeasured, p.Representative.Source)
+	assert.Equal(t, p.Representative.Candidate, p.Candidate)
+	assert.Contains(t, p.Reason, "tokens 17–32 share the plan of tokens=32")
+	assert.Zero(t, p.AverageMicros, "no time was measured at 24 tokens")
+
+	for _, tokens := range []int{17, 20, 31} {
+		q, err := h.Plan(ctx, prefillRequest(tokens))
+		require.NoError(t, err)
+		assert.Equal(t, SourceBucket, q.Source, "tokens=%d", tokens)
+		assert.Same(t, p.Representative, q.Representative, "tokens=%d", tokens)
+	}
+	top, err := h.Plan(ctx, prefillRequest(32))
+	require.NoError(t, err)
+	assert.Same(t, p.Representative, top, "the largest count is the representative itself")
+	assert.EqualValues(t, 1, h.Stats().Tunings, "one measurement for the bucket")
+	assert.EqualValues(t, 4, h.Stats().Shared)
+
+	_, err = h.Plan(ctx, prefillRequest(33))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, h.Stats().Tunings, "33 tokens are the next bucket")
+	assert.Contains(t, h.Cache().Entries(), prefillRequest(64).Key())
+	assert.NotContains(t, h.Cache().Entries(), prefillRequest(33).Key(), "the cache holds representatives only")
+	require.NoError(t, h.Close())
+
+	again := cfg.open(t)
+	q, err := again.Plan(ctx, prefillRequest(24))
+	require.NoError(t, err)
+	assert.Equal(t, SourceBucket, q.Source)
+	assert.Equal(t, SourceCached, q.Representative.Source)
+	assert.EqualValues(t, 0, again.Stats().DeviceWork)
+}
+
+// TestBucketCandidateThatRefusesTheCountIsMeasuredAlone: a count the
+// bucket's candidate refuses is measured on its own; the others share.
+func TestBucketCandidateThatRefusesTheCountIsMeasuredAlone(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", pluginEven)
+	h := cfg.open(t)
+	ctx := context.Background()
+	rep := prefillRequest(32)
+	require.NoError(t, h.Cache().Record(rep.Key(), CacheEntry{Candidate: "even", Plugin: pluginEven, AverageMicros: 1, Reason: "planted by the test"}))
+
+	even, err := h.Plan(ctx, prefillRequest(24))
+	require.NoError(t, err)
+	assert.Equal(t, "even", even.Candidate)
+	assert.Equal(t, SourceBucket, even.Source)
+	assert.EqualValues(t, 0, h.Stats().Tunings)
+
+	odd, err := h.Plan(ctx, prefillRequest(23))
+	require.NoError(t, err)
+	assert.Equal(t, SourceMeasured, odd.Source, odd.Reason)
+	assert.Equal(t, 23, odd.Request.Tokens)
+	assert.NotEqual(t, "even", odd.Candidate, "the bucket's candidate refuses 23 tokens")
+	assert.EqualValues(t, 1, h.Stats().Tunings)
+}
+
+// TestBucketUnderConcurrentCallers: callers of one bucket's counts measure
+// it once; those that got the fallback meanwhile do not keep it.
+func TestBucketUnderConcurrentCallers(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", "gemv")
+	h := cfg.open(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := h.Plan(ctx, prefillRequest(17+g%15)); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assert.EqualValues(t, 1, h.Stats().Tunings)
+	for tokens := 17; tokens < 32; tokens++ {
+		p, err := h.Plan(ctx, prefillRequest(tokens))
+		require.NoError(t, err)
+		assert.Equal(t, SourceBucket, p.Source, "tokens=%d: %s", tokens, p.Reason)
+	}
+}
