@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/family/affine"
 )
 
 func prefillRequest(tokens int) sdk.Request {
@@ -165,4 +167,22 @@ func TestBucketUnderConcurrentCallers(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, SourceBucket, p.Source, "tokens=%d: %s", tokens, p.Reason)
 	}
+}
+
+// TestBucketPlanRunsAtItsOwnCount: a shared plan prepares its candidate
+// for the caller's token count, not the representative's, and its outputs
+// pass the gate against the reference at that count.
+func TestBucketPlanRunsAtItsOwnCount(t *testing.T) {
+	h := newHostConfig(t, "qmm", "gemv").open(t)
+	ctx := context.Background()
+	req := prefillRequest(5)
+	req.Bias = true
+	exe, sample := bindSample(t, h, req, uint64(time.Now().UnixNano()))
+	require.Equal(t, SourceBucket, exe.Plan().Source)
+	assert.Equal(t, 8, exe.Plan().Representative.Request.Tokens)
+	io := ioBuffers(t, h, req, sample)
+	require.NoError(t, h.Device().Fill(io[affine.Y], 0xff))
+	require.NoError(t, exe.Run(ctx, nil, io))
+	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
+	require.NoError(t, affine.Check(readY(t, h, io), want))
 }

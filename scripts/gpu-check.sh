@@ -43,12 +43,16 @@ for s in "${stages[@]}"; do
     probe)     run probe python3 scripts/bwprobe.py ;;
     plugins)   run plugin-qmm bin/gpu/qmm.test -test.count=1 -test.v
                run plugin-gemv bin/gpu/gemv.test -test.count=1 -test.v ;;
-    tune)      run tune-first bin/gpu/kcand tune --device cuda --all
-               run tune-cached bin/gpu/kcand tune --device cuda --all
+    tune)      # the default policy, as make run tunes (token buckets)
+               run tune-first bin/gpu/kcand tune --device cuda
+               run tune-cached bin/gpu/kcand tune --device cuda
                # again with the plan cache gone but the kernel cache warm:
                # what tuning costs once a plugin's variants are compiled
                rm -f "$KCAND_CACHE"
-               run tune-warm bin/gpu/kcand tune --device cuda --all ;;
+               run tune-warm bin/gpu/kcand tune --device cuda
+               # every count on its own: the keys that shared a bucket's
+               # measurement are measured now, to compare the choices
+               run tune-all bin/gpu/kcand tune --device cuda --all ;;
     host)      run host bin/gpu/host.test -test.count=1 -test.v -test.run 'GPU' ;;
     hotpath)   run hotpath bin/gpu/hotpath --plugin-dir bin/gpu/plugins --device cuda ;;
     mps)
