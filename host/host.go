@@ -94,8 +94,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	dev, err := openDevice(opts.Device)
-	if err != nil {
+	if err := checkDeviceName(opts.Device); err != nil {
 		return nil, err
 	}
 	mopts := opts.Manager
@@ -103,9 +102,18 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	if mopts.Dir == "" {
 		mopts.Dir = os.Getenv(PluginDirEnv)
 	}
+	// The plugins start first, told which device to open ahead of use, so
+	// that their CUDA contexts start while the host makes its own.
+	if wantsCUDA(opts.Device) {
+		mopts.Env = append(mopts.Env[:len(mopts.Env):len(mopts.Env)], sdk.EnvWarmDevice+"="+string(device.CUDA))
+	}
 	manager, err := StartManager(ctx, mopts)
 	if err != nil {
-		dev.Close()
+		return nil, err
+	}
+	dev, err := openDevice(opts.Device)
+	if err != nil {
+		manager.Close()
 		return nil, err
 	}
 	registry, problems := NewRegistry(manager.Plugins())
@@ -133,6 +141,15 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		logger.Info("GPU sharing", "mps", MPSStatus())
 	}
 	return h, nil
+}
+
+// checkDeviceName refuses a device name openDevice would not know.
+func checkDeviceName(kind string) error {
+	switch kind {
+	case "", "auto", string(device.CPU), string(device.CUDA):
+		return nil
+	}
+	return errdefs.Invalid("device", kind, "want cpu, cuda or auto")
 }
 
 // openDevice opens the device named by kind.

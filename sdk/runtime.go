@@ -127,6 +127,19 @@ func NewRuntime(name, version string, logger hclog.Logger, candidates ...Candida
 	return r, nil
 }
 
+// WarmDevice opens the device of kind in the background when one of the
+// runtime's candidates runs on it (a plugin without such candidates never
+// starts that device); Serve calls it with the host's EnvWarmDevice. The
+// channel closes when the attempt is over; it is nil when none started.
+func (r *Runtime) WarmDevice(kind device.Kind) <-chan struct{} {
+	for _, name := range r.order {
+		if runsOn(r.candidates[name].Info(), kind) {
+			return r.devices.warm(kind, r.logger)
+		}
+	}
+	return nil
+}
+
 // Describe implements Plugin.
 func (r *Runtime) Describe(context.Context) (Description, error) {
 	d := Description{Name: r.name, Version: r.version, ProtocolVersion: ProtocolVersion}

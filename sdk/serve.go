@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+
+	"github.com/kcand/kcand/sdk/device"
 )
 
 // Options configure Serve.
@@ -38,6 +40,9 @@ func Serve(opts Options, candidates ...Candidate) {
 	}
 	defer rt.Close()
 	rt.ExitOnContextLoss()
+	if kind := os.Getenv(EnvWarmDevice); kind != "" {
+		rt.WarmDevice(device.Kind(kind))
+	}
 	ServePlugin(opts, logger, rt)
 }
 
