@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"fmt"
+	"math/bits"
+	"time"
 
 	"github.com/kcand/kcand/sdk"
 )
@@ -30,18 +32,11 @@ func (s BucketScheme) valid() bool { return s == BucketExact || s == BucketPow2 
 // bucket returns the token counts, within the rule, that share tokens'
 // plan. It assumes the rule matches tokens.
 func (r TuneRule) bucket(tokens int) (lo, hi int) {
-	if r.Buckets != BucketPow2 {
+	if r.Buckets != BucketPow2 || tokens > 1<<40 {
 		return tokens, tokens
 	}
-	hi = 1
-	for hi < tokens {
-		hi *= 2
-	}
-	lo = hi/2 + 1
-	if hi == 1 {
-		lo = 1
-	}
-	lo = max(lo, r.MinTokens)
+	hi = 1 << bits.Len(uint(tokens-1))
+	lo = max(hi/2+1, r.MinTokens)
 	if r.MaxTokens > 0 {
 		hi = min(hi, r.MaxTokens)
 	}
@@ -66,11 +61,14 @@ func (p Policy) representative(req sdk.Request) (rep sdk.Request, lo, hi int, ok
 	return req, req.Tokens, req.Tokens, false
 }
 
-// shared plans req from its bucket's representative rep: the representative
-// is planned like any request (cache, claim, measurement), and req takes its
-// candidate when that candidate admits req. If it does not, req is measured
-// on its own.
-func (pl *planner) shared(ctx context.Context, req, rep sdk.Request, lo, hi int) (*Plan, error) {
+// planFromBucket plans req from its bucket's representative rep: the
+// representative is planned like any request (cache, claim, measurement),
+// and req takes its candidate when that candidate admits req and passes
+// the numeric gate at req's own count (verify; not timed). The check is
+// recorded in the cache under req's key, so a later run does no device
+// work for it. A candidate that refuses or fails the count leaves req to
+// be measured on its own.
+func (pl *planner) planFromBucket(ctx context.Context, req, rep sdk.Request, lo, hi int) (*Plan, error) {
 	rp, err := pl.plan(ctx, rep)
 	if err != nil {
 		return nil, err
@@ -78,26 +76,55 @@ func (pl *planner) shared(ctx context.Context, req, rep sdk.Request, lo, hi int)
 	pl.mu.Lock()
 	settled := pl.plans[rep.Key()] == rp
 	pl.mu.Unlock()
-	bucket := fmt.Sprintf("tokens %d–%d", lo, hi)
+	shares := fmt.Sprintf("tokens %d–%d share the plan of tokens=%d", lo, hi, hi)
 	if !settled { // another caller is measuring it; this one was told to go on
-		p, err := pl.fallback(ctx, req, fmt.Sprintf("%s share the plan of tokens=%d, which is being tuned; using the fallback meanwhile", bucket, hi))
+		p, err := pl.fallback(ctx, req, shares+", which is being tuned; using the fallback meanwhile")
 		if err == nil {
 			p.transient = true
 		}
 		return p, err
 	}
 	if rp.Source == SourceFallback {
-		return pl.fallback(ctx, req, fmt.Sprintf("%s share the plan of tokens=%d: %s", bucket, hi, rp.Reason))
+		return pl.fallback(ctx, req, fmt.Sprintf("%s: %s", shares, rp.Reason))
 	}
 	if a := pl.admission(ctx, req, rp.entry); !a.Admitted {
-		pl.logger.Debug("bucket's candidate refuses this token count; tuning it on its own",
-			"request", req.Key(), "candidate", rp.Candidate, "reason", a.Reason)
+		return pl.alone(ctx, req, fmt.Sprintf("%s refuses tokens=%d: %s", rp.Candidate, req.Tokens, a.Reason))
+	}
+	p := &Plan{Request: req, Candidate: rp.Candidate, Plugin: rp.Plugin, Source: SourceBucket, Representative: rp, entry: rp.entry,
+		Reason: fmt.Sprintf("%s (%s, %.1f µs there): %s", shares, rp.Source, rp.AverageMicros, rp.Reason)}
+	if !rp.entry.Info.Fallback { // the fallback is the family's reference at every count
 		if why := pl.budgetLeft(); why != "" {
 			return pl.fallback(ctx, req, why)
 		}
-		return pl.tune(ctx, req)
+		start := time.Now()
+		d, err := pl.measurer.verify(ctx, req, rp.Candidate, time.Duration(pl.policy.KeyBudget))
+		pl.mu.Lock()
+		pl.spent += time.Since(start)
+		pl.mu.Unlock()
+		if err != nil {
+			return pl.abandoned(ctx, req, err)
+		}
+		if d.Choice != rp.Candidate {
+			return pl.alone(ctx, req, d.Reason)
+		}
+		p.Decision = d
+		p.Reason += fmt.Sprintf("; checked at tokens=%d", req.Tokens)
+		e := pl.entryFor(d)
+		e.Reason = p.Reason
+		if err := pl.cache.Record(req.Key(), e); err != nil {
+			pl.logger.Warn("plan cache not written; keeping the plan in memory", "path", pl.cache.Path(), "error", err)
+		}
 	}
 	pl.shares.Add(1)
-	return &Plan{Request: req, Candidate: rp.Candidate, Plugin: rp.Plugin, Source: SourceBucket, Representative: rp, entry: rp.entry,
-		Reason: fmt.Sprintf("%s share the plan of tokens=%d (%s, %.1f µs there): %s", bucket, hi, rp.Source, rp.AverageMicros, rp.Reason)}, nil
+	return p, nil
+}
+
+// alone measures req on its own because its bucket's plan does not serve
+// it (why).
+func (pl *planner) alone(ctx context.Context, req sdk.Request, why string) (*Plan, error) {
+	pl.logger.Info("token bucket's plan does not serve this count; measuring it on its own", "request", req.Key(), "why", why)
+	if why := pl.budgetLeft(); why != "" {
+		return pl.fallback(ctx, req, why)
+	}
+	return pl.tune(ctx, req)
 }

@@ -117,7 +117,8 @@ func TestTokenBucketSharesOneMeasurement(t *testing.T) {
 }
 
 // TestBucketCandidateThatRefusesTheCountIsMeasuredAlone: a count the
-// bucket's candidate refuses is measured on its own; the others share.
+// bucket's candidate refuses is measured on its own; a count it admits
+// shares its plan once it passes the gate there, and the check is cached.
 func TestBucketCandidateThatRefusesTheCountIsMeasuredAlone(t *testing.T) {
 	cfg := newHostConfig(t, "qmm", pluginEven)
 	h := cfg.open(t)
@@ -129,6 +130,10 @@ func TestBucketCandidateThatRefusesTheCountIsMeasuredAlone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "even", even.Candidate)
 	assert.Equal(t, SourceBucket, even.Source)
+	require.NotNil(t, even.Decision, "checked at 24 tokens")
+	assert.Equal(t, []Verdict{VerdictChecked, VerdictChecked}, verdicts(even.Decision))
+	assert.Contains(t, even.Reason, "checked at tokens=24")
+	assert.Contains(t, h.Cache().Entries(), prefillRequest(24).Key(), "the check is recorded")
 	assert.EqualValues(t, 0, h.Stats().Tunings)
 
 	odd, err := h.Plan(ctx, prefillRequest(23))
@@ -137,10 +142,84 @@ func TestBucketCandidateThatRefusesTheCountIsMeasuredAlone(t *testing.T) {
 	assert.Equal(t, 23, odd.Request.Tokens)
 	assert.NotEqual(t, "even", odd.Candidate, "the bucket's candidate refuses 23 tokens")
 	assert.EqualValues(t, 1, h.Stats().Tunings)
+	require.NoError(t, h.Close())
+
+	again := cfg.open(t)
+	p, err := again.Plan(ctx, prefillRequest(24))
+	require.NoError(t, err)
+	assert.Equal(t, SourceCached, p.Source, "the count's check came from the cache")
+	assert.Equal(t, "even", p.Candidate)
+	assert.EqualValues(t, 0, again.Stats().DeviceWork)
+}
+
+// TestBucketCandidateThatFailsTheGateAtTheCountIsMeasuredAlone: a
+// candidate right at the bucket's largest count and wrong at the caller's
+// (a bug in its partial tiles) never serves that count.
+func TestBucketCandidateThatFailsTheGateAtTheCountIsMeasuredAlone(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", pluginOddTail)
+	h := cfg.open(t)
+	ctx := context.Background()
+	rep := prefillRequest(32)
+	require.NoError(t, h.Cache().Record(rep.Key(), CacheEntry{Candidate: "oddtail", Plugin: pluginOddTail, AverageMicros: 1, Reason: "planted by the test"}))
+
+	odd, err := h.Plan(ctx, prefillRequest(23))
+	require.NoError(t, err)
+	assert.Equal(t, SourceMeasured, odd.Source, odd.Reason)
+	assert.Equal(t, "qmm", odd.Candidate)
+	require.NotNil(t, odd.Decision)
+	for _, m := range odd.Decision.Measurements {
+		if m.Candidate == "oddtail" {
+			assert.Equal(t, VerdictRejected, m.Verdict, "the gate at 23 tokens catches it")
+		}
+	}
+	assert.Len(t, cfg.logs.lines("token bucket's plan does not serve this count; measuring it on its own"), 1)
+
+	even, err := h.Plan(ctx, prefillRequest(24))
+	require.NoError(t, err)
+	assert.Equal(t, "oddtail", even.Candidate, "right at 24 tokens, it shares the bucket's plan")
+	assert.Equal(t, SourceBucket, even.Source)
+}
+
+func verdicts(d *Decision) []Verdict {
+	var out []Verdict
+	for _, m := range d.Measurements {
+		out = append(out, m.Verdict)
+	}
+	return out
+}
+
+// TestBucketCountPlannedWhileItsRepresentativeIsTuned: a caller whose
+// bucket is being measured by another gets the fallback meanwhile and does
+// not keep it; once the measurement is in, the count shares it.
+func TestBucketCountPlannedWhileItsRepresentativeIsTuned(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", pluginSlow)
+	h := cfg.open(t)
+	ctx := context.Background()
+	rep := prefillRequest(32)
+	tuned := make(chan error, 1)
+	go func() {
+		_, err := h.Plan(ctx, rep)
+		tuned <- err
+	}()
+	waitFor(t, 10*time.Second, "the representative's claim", func() bool {
+		h.planner.mu.Lock()
+		defer h.planner.mu.Unlock()
+		return h.planner.claims[rep.Key()] != nil
+	})
+	meanwhile, err := h.Plan(ctx, prefillRequest(24))
+	require.NoError(t, err)
+	assert.Equal(t, SourceFallback, meanwhile.Source)
+	assert.Contains(t, meanwhile.Reason, "being tuned")
+	require.NoError(t, <-tuned)
+
+	after, err := h.Plan(ctx, prefillRequest(24))
+	require.NoError(t, err)
+	assert.Equal(t, SourceBucket, after.Source, "the stand-in was not kept: %s", after.Reason)
+	assert.EqualValues(t, 1, h.Stats().Tunings)
 }
 
 // TestBucketUnderConcurrentCallers: callers of one bucket's counts measure
-// it once; those that got the fallback meanwhile do not keep it.
+// it once, and every count ends up sharing its plan.
 func TestBucketUnderConcurrentCallers(t *testing.T) {
 	cfg := newHostConfig(t, "qmm", "gemv")
 	h := cfg.open(t)
@@ -177,7 +256,7 @@ func TestBucketPlanRunsAtItsOwnCount(t *testing.T) {
 	ctx := context.Background()
 	req := prefillRequest(5)
 	req.Bias = true
-	exe, sample := bindSample(t, h, req, uint64(time.Now().UnixNano()))
+	exe, sample := bindSample(t, h, req, 0x5eed5)
 	require.Equal(t, SourceBucket, exe.Plan().Source)
 	assert.Equal(t, 8, exe.Plan().Representative.Request.Tokens)
 	io := ioBuffers(t, h, req, sample)

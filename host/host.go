@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -81,10 +82,10 @@ type Host struct {
 	shm *cpu.Device
 }
 
-// Open starts a host: it opens the device, starts every plugin in the
-// plugin directory and indexes their candidates. Plugins that fail to start
-// or verify are refused and logged; Open fails only when the device or the
-// directory is unusable.
+// Open starts a host: it starts every plugin in the plugin directory (on a
+// GPU, telling them to open it ahead of use), opens the device and indexes
+// the candidates. Plugins that fail to start or verify are refused and
+// logged; Open fails only when the device or the directory is unusable.
 func Open(ctx context.Context, opts Options) (*Host, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -104,9 +105,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	}
 	// The plugins start first, told which device to open ahead of use, so
 	// that their CUDA contexts start while the host makes its own.
-	if wantsCUDA(opts.Device) {
-		mopts.Env = append(mopts.Env[:len(mopts.Env):len(mopts.Env)], sdk.EnvWarmDevice+"="+string(device.CUDA))
-	}
+	mopts.Env = warmDeviceEnv(opts.Device, mopts.Env)
 	manager, err := StartManager(ctx, mopts)
 	if err != nil {
 		return nil, err
@@ -165,7 +164,26 @@ func openDevice(kind string) (device.Device, error) {
 	case string(device.CUDA):
 		return openCUDA()
 	}
-	return nil, errdefs.Invalid("device", kind, "want cpu, cuda or auto")
+	return nil, checkDeviceName(kind)
+}
+
+// warmDeviceEnv adds EnvWarmDevice=cuda to the plugins' environment env
+// when the host will try a CUDA device, unless env or the host's own
+// environment (which plugins inherit) already sets it: "none" there turns
+// the early start off.
+func warmDeviceEnv(kind string, env []string) []string {
+	if _, set := os.LookupEnv(sdk.EnvWarmDevice); set {
+		return env
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, sdk.EnvWarmDevice+"=") {
+			return env
+		}
+	}
+	if !wantsCUDA(kind) {
+		return env
+	}
+	return append(env[:len(env):len(env)], sdk.EnvWarmDevice+"="+string(device.CUDA))
 }
 
 // Device is the device the host runs on.

@@ -29,6 +29,9 @@ const (
 	VerdictRejected Verdict = "rejected"
 	VerdictRefused  Verdict = "refused"
 	VerdictFailed   Verdict = "failed"
+	// VerdictChecked: passed the numeric gate and was not timed (a token
+	// count checked for the plan its bucket shares; see verify).
+	VerdictChecked Verdict = "checked"
 )
 
 // Measurement is one candidate's result in a tuning run.
@@ -220,6 +223,21 @@ func (s *sampleBuffers) free() {
 // Measurements take turns on the device; budget (0: none) bounds the time
 // from this measurement's turn, not the wait for it.
 func (ms *measurer) measure(ctx context.Context, req sdk.Request, budget time.Duration) (*Decision, error) {
+	return ms.examine(ctx, req, budget, "")
+}
+
+// verify runs the numeric gate, and no timing, on the fallback and one
+// candidate at req. A token count that shares its bucket's plan must pass
+// the gate at its own count before it is served: the count decides a
+// kernel's partial tiles, which the bucket's largest count may never use.
+// The decision's Choice is candidate when it passed, else the fallback.
+func (ms *measurer) verify(ctx context.Context, req sdk.Request, candidate string, budget time.Duration) (*Decision, error) {
+	return ms.examine(ctx, req, budget, candidate)
+}
+
+// examine measures req: every admitted candidate, checked then timed, or
+// with only set, the fallback and that candidate, checked and not timed.
+func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Duration, only string) (*Decision, error) {
 	contract, err := family.Lookup(req.Family)
 	if err != nil {
 		return nil, err
@@ -233,6 +251,9 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request, budget time.Du
 	d, runs, err := ms.admit(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	if only != "" {
+		d, runs = onlyWithFallback(d, runs, only)
 	}
 	ms.busy.Lock()
 	defer ms.busy.Unlock()
@@ -261,6 +282,11 @@ func (ms *measurer) measure(ctx context.Context, req sdk.Request, budget time.Du
 	phase("allocate")
 	if err := ms.checkNumbers(ctx, contract, req, bufs, runs, phase); err != nil {
 		return nil, err
+	}
+	if only != "" {
+		checked(d, runs, only)
+		d.Cost = time.Since(start)
+		return d, nil
 	}
 	io, err := bufs.ioHandles()
 	if err != nil {
@@ -531,6 +557,46 @@ func checkPlausible(t Timing, minBytes int64) error {
 		return fmt.Errorf("%.3f µs for %d bytes implies %.0f TB/s, which no device reaches", t.Mean, minBytes, rate/1e12)
 	}
 	return nil
+}
+
+// onlyWithFallback narrows a measurement to the fallback (runs[0]) and
+// the named candidate.
+func onlyWithFallback(d *Decision, runs []*run, name string) (*Decision, []*run) {
+	kept := runs[:1]
+	for _, r := range runs[1:] {
+		if r.entry.Info.Name == name {
+			kept = append(kept, r)
+		}
+	}
+	narrow := &Decision{Request: d.Request, Measurements: make([]Measurement, 0, len(kept)+1)}
+	for _, r := range kept {
+		narrow.Measurements = append(narrow.Measurements, *r.m)
+	}
+	for i, r := range kept { // after the appends: the slice no longer moves
+		r.m = &narrow.Measurements[i]
+	}
+	if len(kept) == 1 && name != runs[0].entry.Info.Name {
+		narrow.Measurements = append(narrow.Measurements, Measurement{Candidate: name, Verdict: VerdictRefused, Reason: "not admitted for this request"})
+	}
+	return narrow, kept
+}
+
+// checked concludes a verify: the candidate when it passed the gate, else
+// the fallback.
+func checked(d *Decision, runs []*run, name string) {
+	d.Choice, d.Reason = runs[0].entry.Info.Name, name+" was not admitted"
+	for _, r := range runs {
+		if r.m.Verdict == "" {
+			r.m.Verdict = VerdictChecked
+		}
+		if r.entry.Info.Name == name {
+			if r.m.Verdict == VerdictChecked {
+				d.Choice, d.Reason = name, "passes the numeric gate at tokens="+fmt.Sprint(d.Request.Tokens)
+			} else {
+				d.Reason = fmt.Sprintf("%s %s: %s", name, r.m.Verdict, r.m.Reason)
+			}
+		}
+	}
 }
 
 // decide picks the fastest survivor and keeps the fallback unless that

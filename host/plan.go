@@ -22,7 +22,8 @@ const (
 	// SourceFallback plans use the family's fallback without measuring.
 	SourceFallback PlanSource = "fallback"
 	// SourceBucket plans take the candidate measured (or cached) for the
-	// largest token count of their bucket (see BucketScheme).
+	// largest token count of their bucket (see BucketScheme), once it has
+	// passed the numeric gate at their own count.
 	SourceBucket PlanSource = "bucket"
 )
 
@@ -38,7 +39,9 @@ type Plan struct {
 	SpreadMicros  float64
 	// Reason explains the choice.
 	Reason string
-	// Decision holds the measurement when Source is SourceMeasured.
+	// Decision holds the measurement when Source is SourceMeasured, and
+	// the numeric check at the plan's own count when Source is
+	// SourceBucket (nil when the candidate is the fallback).
 	Decision *Decision
 	// Representative is, when Source is SourceBucket, the plan of the
 	// bucket's largest token count that this plan shares.

@@ -128,7 +128,7 @@ func (pl *planner) decide(ctx context.Context, req sdk.Request) (*Plan, error) {
 		return pl.fallback(ctx, req, fmt.Sprintf("the tuning policy does not cover %s tokens=%d", req.Phase, req.Tokens))
 	}
 	if rep, lo, hi, ok := pl.policy.representative(req); ok {
-		return pl.shared(ctx, req, rep, lo, hi)
+		return pl.planFromBucket(ctx, req, rep, lo, hi)
 	}
 	if why := pl.budgetLeft(); why != "" {
 		return pl.fallback(ctx, req, why)
@@ -147,18 +147,7 @@ func (pl *planner) tune(ctx context.Context, req sdk.Request) (*Plan, error) {
 	pl.spent += time.Since(start)
 	pl.mu.Unlock()
 	if err != nil {
-		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-			return nil, err
-		}
-		reason := fmt.Sprintf("tuning abandoned: %v", err)
-		if errors.Is(err, context.DeadlineExceeded) {
-			reason = fmt.Sprintf("tuning abandoned: over the %s budget per request", time.Duration(pl.policy.KeyBudget))
-		}
-		pl.logger.Warn("tuning abandoned", "request", key, "error", err)
-		pl.mu.Lock()
-		pl.failed[key] = reason
-		pl.mu.Unlock()
-		return pl.fallback(ctx, req, reason)
+		return pl.abandoned(ctx, req, err)
 	}
 	e, _ := pl.registry.Lookup(d.Choice)
 	p := &Plan{Request: req, Candidate: d.Choice, Plugin: e.Plugin.Name(), Source: SourceMeasured,
@@ -167,6 +156,24 @@ func (pl *planner) tune(ctx context.Context, req sdk.Request) (*Plan, error) {
 		pl.logger.Warn("plan cache not written; keeping the plan in memory", "path", pl.cache.Path(), "error", err)
 	}
 	return p, nil
+}
+
+// abandoned serves the fallback for a request whose tuning failed with
+// err, unless the caller gave up.
+func (pl *planner) abandoned(ctx context.Context, req sdk.Request, err error) (*Plan, error) {
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil, err
+	}
+	reason := fmt.Sprintf("tuning abandoned: %v", err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		reason = fmt.Sprintf("tuning abandoned: over the %s budget per request", time.Duration(pl.policy.KeyBudget))
+	}
+	key := req.Key()
+	pl.logger.Warn("tuning abandoned", "request", key, "error", err)
+	pl.mu.Lock()
+	pl.failed[key] = reason
+	pl.mu.Unlock()
+	return pl.fallback(ctx, req, reason)
 }
 
 // entryFor turns a decision into a cache entry stamped with the builds of

@@ -252,7 +252,7 @@ func (p Policy) Validate() error {
 			return errdefs.Invalid("policy.tune", r.String(), "max_tokens below min_tokens")
 		}
 		if !r.Buckets.valid() {
-			return errdefs.Invalid("policy.tune.buckets", r.Buckets, "want %q or none", BucketPow2)
+			return errdefs.Invalid("policy.tune.buckets", r.Buckets, "want %q, or nothing for each count on its own", BucketPow2)
 		}
 	}
 	if p.MinimumImprovementBps < 0 {
@@ -334,7 +334,7 @@ func ParseTuneRules(v string) ([]TuneRule, error) {
 		r := TuneRule{Family: sdk.Family(parts[0])}
 		if len(parts) == 4 {
 			if r.Buckets = BucketScheme(parts[3]); r.Buckets != BucketPow2 {
-				return nil, errdefs.Invalid(EnvTune, item, "buckets must be %s or omitted", BucketPow2)
+				return nil, errdefs.Invalid(EnvTune, item, "want buckets %q, or nothing for each count on its own", BucketPow2)
 			}
 		}
 		if parts[1] != "*" {

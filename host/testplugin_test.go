@@ -14,6 +14,7 @@ import (
 	"github.com/kcand/kcand/internal/refcandidate"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/device/cpu"
 	"github.com/kcand/kcand/sdk/family/affine"
 )
 
@@ -28,7 +29,13 @@ const (
 	pluginSpy      = "spy"      // candidate "spy" fails when handed a buffer its call does not need
 	pluginLostCtx  = "lostctx"  // candidate "lostctx" fails every execution with a sticky CUDA error (on the CPU)
 	pluginEven     = "even"     // candidate "even": the reference, refusing odd token counts
+	pluginOddTail  = "oddtail"  // candidate "oddtail": the reference, one element wrong at odd token counts
+	pluginSlow     = "slow"     // candidate "slow": the reference, 100 ms a call
+	pluginWarm     = "warm"     // candidate "warm": the reference; its CPU device, when opened, creates the file $KCAND_TEST_WARM_MARKER
 )
+
+// envWarmMarker names the file pluginWarm creates when it opens its device.
+const envWarmMarker = "KCAND_TEST_WARM_MARKER"
 
 // serveTestPlugin serves the behaviour named by the binary's file name.
 func serveTestPlugin(name string) {
@@ -51,6 +58,18 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, refcandidate.Candidate{Name: "lostctx", BeforeExecute: func() error { return cuda.Result(700) }})
 	case pluginEven:
 		sdk.Serve(opts, evenTokens{refcandidate.Candidate{Name: "even"}})
+	case pluginWarm:
+		sdk.RegisterDevice(device.CPU, func() (device.Device, error) {
+			if err := os.WriteFile(os.Getenv(envWarmMarker), nil, 0o644); err != nil {
+				return nil, err
+			}
+			return cpu.New(), nil
+		})
+		sdk.Serve(opts, refcandidate.Candidate{Name: "warm"})
+	case pluginSlow:
+		sdk.Serve(opts, refcandidate.Candidate{Name: "slow", BeforeExecute: func() error { time.Sleep(100 * time.Millisecond); return nil }})
+	case pluginOddTail:
+		sdk.Serve(opts, oddTail{refcandidate.Candidate{Name: "oddtail"}})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)
@@ -107,6 +126,16 @@ func (e evenTokens) Admit(req sdk.Request, p device.Profile) sdk.Admission {
 		return sdk.Admission{Reason: fmt.Sprintf("tokens=%d: even counts only", req.Tokens)}
 	}
 	return e.Candidate.Admit(req, p)
+}
+
+// oddTail is the reference candidate with a bug in its partial tiles: one
+// output element wrong at odd token counts, right at even ones.
+type oddTail struct{ refcandidate.Candidate }
+
+func (o oddTail) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	c := o.Candidate
+	c.Corrupt = req.Tokens%2 == 1
+	return c.Prepare(ctx, env, req, weights)
 }
 
 // spy is the reference candidate, except that it refuses a prepare that

@@ -50,8 +50,9 @@ for s in "${stages[@]}"; do
                # what tuning costs once a plugin's variants are compiled
                rm -f "$KCAND_CACHE"
                run tune-warm bin/gpu/kcand tune --device cuda
-               # every count on its own: the keys that shared a bucket's
-               # measurement are measured now, to compare the choices
+               # every count on its own, from an empty plan cache: the keys
+               # that shared a bucket's measurement are measured, to compare
+               rm -f "$KCAND_CACHE"
                run tune-all bin/gpu/kcand tune --device cuda --all ;;
     host)      run host bin/gpu/host.test -test.count=1 -test.v -test.run 'GPU' ;;
     hotpath)   run hotpath bin/gpu/hotpath --plugin-dir bin/gpu/plugins --device cuda ;;

@@ -39,6 +39,9 @@ const EnvWarmDevice = "KCAND_WARM_DEVICE"
 type deviceSet struct {
 	mu      sync.Mutex
 	devices map[device.Kind]device.Device
+	// closed refuses opens after close: a device opened ahead of use must
+	// not outlive the runtime that closed while it was opening.
+	closed bool
 }
 
 func newDeviceSet() *deviceSet { return &deviceSet{devices: map[device.Kind]device.Device{}} }
@@ -48,6 +51,9 @@ func (s *deviceSet) get(kind device.Kind) (device.Device, error) {
 	defer s.mu.Unlock()
 	if d, ok := s.devices[kind]; ok {
 		return d, nil
+	}
+	if s.closed {
+		return nil, ErrUnavailable
 	}
 	open, ok := deviceOpeners[kind]
 	if !ok {
@@ -129,5 +135,6 @@ func (s *deviceSet) close() error {
 		errs = append(errs, d.Close())
 	}
 	s.devices = map[device.Kind]device.Device{}
+	s.closed = true
 	return errors.Join(errs...)
 }

@@ -50,3 +50,19 @@ func TestWarmDeviceOpensOnlyDevicesItsCandidatesUse(t *testing.T) {
 	assert.EqualValues(t, 1, cpuOpens.Load(), "the device opened ahead is the one calls use")
 	assert.EqualValues(t, 0, cudaOpens.Load())
 }
+
+// TestWarmDeviceAfterCloseOpensNothing: a device opened ahead of use never
+// outlives the runtime, even when Close comes first.
+func TestWarmDeviceAfterCloseOpensNothing(t *testing.T) {
+	var opens atomic.Int32
+	saved := deviceOpeners[device.CPU]
+	t.Cleanup(func() { deviceOpeners[device.CPU] = saved })
+	RegisterDevice(device.CPU, func() (device.Device, error) { opens.Add(1); return cpu.New(), nil })
+	r, err := NewRuntime("warm", "test", nil, cpuOnly{})
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	<-r.WarmDevice(device.CPU)
+	assert.EqualValues(t, 0, opens.Load())
+	_, err = r.devices.get(device.CPU)
+	assert.ErrorIs(t, err, ErrUnavailable)
+}
