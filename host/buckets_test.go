@@ -116,15 +116,22 @@ func TestTokenBucketSharesOneMeasurement(t *testing.T) {
 	assert.EqualValues(t, 0, again.Stats().DeviceWork)
 }
 
+// hostWithBucketPlan opens a host with qmm and a test plugin whose
+// candidate (named like the plugin) the cache names for 17–32 tokens.
+func hostWithBucketPlan(t *testing.T, plugin string) (*hostConfig, *Host) {
+	cfg := newHostConfig(t, "qmm", plugin)
+	h := cfg.open(t)
+	rep := prefillRequest(32)
+	require.NoError(t, h.Cache().Record(rep.Key(), CacheEntry{Candidate: plugin, Plugin: plugin, AverageMicros: 1, Reason: "planted by the test"}))
+	return cfg, h
+}
+
 // TestBucketCandidateThatRefusesTheCountIsMeasuredAlone: a count the
 // bucket's candidate refuses is measured on its own; a count it admits
 // shares its plan once it passes the gate there, and the check is cached.
 func TestBucketCandidateThatRefusesTheCountIsMeasuredAlone(t *testing.T) {
-	cfg := newHostConfig(t, "qmm", pluginEven)
-	h := cfg.open(t)
+	cfg, h := hostWithBucketPlan(t, pluginEven)
 	ctx := context.Background()
-	rep := prefillRequest(32)
-	require.NoError(t, h.Cache().Record(rep.Key(), CacheEntry{Candidate: "even", Plugin: pluginEven, AverageMicros: 1, Reason: "planted by the test"}))
 
 	even, err := h.Plan(ctx, prefillRequest(24))
 	require.NoError(t, err)
@@ -156,11 +163,8 @@ func TestBucketCandidateThatRefusesTheCountIsMeasuredAlone(t *testing.T) {
 // candidate right at the bucket's largest count and wrong at the caller's
 // (a bug in its partial tiles) never serves that count.
 func TestBucketCandidateThatFailsTheGateAtTheCountIsMeasuredAlone(t *testing.T) {
-	cfg := newHostConfig(t, "qmm", pluginOddTail)
-	h := cfg.open(t)
+	cfg, h := hostWithBucketPlan(t, pluginOddTail)
 	ctx := context.Background()
-	rep := prefillRequest(32)
-	require.NoError(t, h.Cache().Record(rep.Key(), CacheEntry{Candidate: "oddtail", Plugin: pluginOddTail, AverageMicros: 1, Reason: "planted by the test"}))
 
 	odd, err := h.Plan(ctx, prefillRequest(23))
 	require.NoError(t, err)
