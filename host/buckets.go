@@ -13,7 +13,8 @@ import (
 // names its token count, and an engine's prefill calls bring a new count
 // with almost every prompt; measuring each would make tuning unbounded. A
 // bucket is measured once, at its largest count (its representative), and
-// every count in it takes that plan when the chosen candidate admits it.
+// every count in it takes that plan when the chosen candidate admits it
+// and passes the numeric gate at that count (an untimed check).
 type BucketScheme string
 
 // The bucket schemes.

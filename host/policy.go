@@ -114,7 +114,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // DefaultPolicy is throughput and stable; it tunes every affine request in
 // power-of-two token buckets (so an engine's prompt lengths cost one
-// measurement per bucket, not one per length), every MXFP4 MoE and FP8
+// measurement per bucket and an untimed check per length, not a measurement
+// per length), every MXFP4 MoE and FP8
 // request, and no dense request (dense plans are heuristic); a winner must
 // be 300 bps faster; 10 s per request (room for a plugin's first NVRTC
 // compile of a kernel variant) and 60 s per host.

@@ -29,7 +29,8 @@ func RegisterDevice(kind device.Kind, open func() (device.Device, error)) {
 }
 
 // EnvWarmDevice names the device kind a host runs on ("cuda"); the host
-// sets it in each plugin's environment. A plugin with candidates for that
+// sets it in each plugin's environment unless its own environment already
+// does ("none" turns the early start off). A plugin with candidates for that
 // kind then opens its device in the background as it starts, so that the
 // device's start (a CUDA context: 0.1–0.3 s) overlaps the host's own
 // instead of falling on the first request the host tunes.
