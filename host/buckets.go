@@ -94,14 +94,12 @@ func (pl *planner) planFromBucket(ctx context.Context, req, rep sdk.Request, lo,
 	p := &Plan{Request: req, Candidate: rp.Candidate, Plugin: rp.Plugin, Source: SourceBucket, Representative: rp, entry: rp.entry,
 		Reason: fmt.Sprintf("%s (%s, %.1f µs there): %s", shares, rp.Source, rp.AverageMicros, rp.Reason)}
 	if !rp.entry.Info.Fallback { // the fallback is the family's reference at every count
-		if why := pl.budgetLeft(); why != "" {
+		if why := pl.budgetLeft(req.Phase); why != "" {
 			return pl.fallback(ctx, req, why)
 		}
 		start := time.Now()
 		d, err := pl.measurer.verify(ctx, req, rp.Candidate, time.Duration(pl.policy.KeyBudget))
-		pl.mu.Lock()
-		pl.spent += time.Since(start)
-		pl.mu.Unlock()
+		pl.charge(req.Phase, time.Since(start))
 		if err != nil {
 			return pl.abandoned(ctx, req, err)
 		}
@@ -124,7 +122,7 @@ func (pl *planner) planFromBucket(ctx context.Context, req, rep sdk.Request, lo,
 // it (why).
 func (pl *planner) alone(ctx context.Context, req sdk.Request, why string) (*Plan, error) {
 	pl.logger.Info("token bucket's plan does not serve this count; measuring it on its own", "request", req.Key(), "why", why)
-	if why := pl.budgetLeft(); why != "" {
+	if why := pl.budgetLeft(req.Phase); why != "" {
 		return pl.fallback(ctx, req, why)
 	}
 	return pl.tune(ctx, req)

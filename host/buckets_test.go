@@ -269,3 +269,22 @@ func TestBucketPlanRunsAtItsOwnCount(t *testing.T) {
 	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
 	require.NoError(t, affine.Check(readY(t, h, io), want))
 }
+
+// TestPrefillCannotSpendDecodesBudget: each phase has the run budget to
+// itself; once prefill has spent its share, decode is still measured.
+func TestPrefillCannotSpendDecodesBudget(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", "gemv")
+	cfg.policy.RunBudget = Duration(time.Millisecond)
+	h := cfg.open(t)
+	ctx := context.Background()
+	first, err := h.Plan(ctx, prefillRequest(16))
+	require.NoError(t, err)
+	assert.Equal(t, SourceMeasured, first.Source, "the first measurement starts with budget left")
+	more, err := h.Plan(ctx, prefillRequest(64))
+	require.NoError(t, err)
+	assert.Equal(t, SourceFallback, more.Source)
+	assert.Contains(t, more.Reason, "budget of 1ms for prefill is spent")
+	decode, err := h.Plan(ctx, affineRequest(1, 256, 64, 4, 64))
+	require.NoError(t, err)
+	assert.Equal(t, SourceMeasured, decode.Source, decode.Reason)
+}

@@ -48,7 +48,9 @@ type planner struct {
 	plans  map[string]*Plan
 	claims map[string]*claim
 	failed map[string]string
-	spent  time.Duration
+	// spent is the tuning time of each phase so far: RunBudget bounds each
+	// on its own, so an engine's many prefill counts never starve decode.
+	spent map[sdk.Phase]time.Duration
 }
 
 // claim marks a key being tuned; done closes when the plan is decided.
@@ -60,7 +62,7 @@ type claim struct {
 
 func newPlanner(r *Registry, m *measurer, c *Cache, p Policy, hw sdk.Hardware, logger hclog.Logger) *planner {
 	return &planner{registry: r, measurer: m, cache: c, policy: p, hw: hw, logger: logger,
-		plans: map[string]*Plan{}, claims: map[string]*claim{}, failed: map[string]string{}}
+		plans: map[string]*Plan{}, claims: map[string]*claim{}, failed: map[string]string{}, spent: map[sdk.Phase]time.Duration{}}
 }
 
 // plan decides req. Exactly one goroutine measures a key; the others get
@@ -130,7 +132,7 @@ func (pl *planner) decide(ctx context.Context, req sdk.Request) (*Plan, error) {
 	if rep, lo, hi, ok := pl.policy.representative(req); ok {
 		return pl.planFromBucket(ctx, req, rep, lo, hi)
 	}
-	if why := pl.budgetLeft(); why != "" {
+	if why := pl.budgetLeft(req.Phase); why != "" {
 		return pl.fallback(ctx, req, why)
 	}
 	return pl.tune(ctx, req)
@@ -143,9 +145,7 @@ func (pl *planner) tune(ctx context.Context, req sdk.Request) (*Plan, error) {
 	pl.tunings.Add(1)
 	start := time.Now()
 	d, err := pl.measurer.measure(ctx, req, time.Duration(pl.policy.KeyBudget))
-	pl.mu.Lock()
-	pl.spent += time.Since(start)
-	pl.mu.Unlock()
+	pl.charge(req.Phase, time.Since(start))
 	if err != nil {
 		return pl.abandoned(ctx, req, err)
 	}
@@ -275,14 +275,21 @@ func (pl *planner) admission(ctx context.Context, req sdk.Request, e Entry) sdk.
 	return sdk.Admission{Candidate: e.Info.Name, Reason: "plugin gave no answer for it"}
 }
 
-// budgetLeft says why no more tuning may happen this run, or "".
-func (pl *planner) budgetLeft() string {
+// budgetLeft says why no more tuning of phase may happen this run, or "".
+func (pl *planner) budgetLeft(phase sdk.Phase) string {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	if pl.spent >= time.Duration(pl.policy.RunBudget) {
-		return fmt.Sprintf("the run's tuning budget of %s is spent", time.Duration(pl.policy.RunBudget))
+	if pl.spent[phase] >= time.Duration(pl.policy.RunBudget) {
+		return fmt.Sprintf("the run's tuning budget of %s for %s is spent", time.Duration(pl.policy.RunBudget), phase)
 	}
 	return ""
+}
+
+// charge adds tuning time to phase's account.
+func (pl *planner) charge(phase sdk.Phase, d time.Duration) {
+	pl.mu.Lock()
+	pl.spent[phase] += d
+	pl.mu.Unlock()
 }
 
 // trace logs one line per decision: info for measured choices.

@@ -86,7 +86,9 @@ type Policy struct {
 	// must be to replace it, in basis points.
 	MinimumImprovementBps float64 `json:"minimum_improvement_bps"`
 	// KeyBudget bounds the tuning of one request; RunBudget bounds all
-	// tuning of one host. Past either, requests use the fallback.
+	// tuning of one host, each phase on its own (so prefill, whose token
+	// counts are many, cannot spend decode's share). Past either, requests
+	// use the fallback.
 	KeyBudget Duration `json:"key_budget_ms"`
 	RunBudget Duration `json:"run_budget_ms"`
 	// WaitForTuning makes a caller that finds its request being tuned by
@@ -118,7 +120,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // per length), every MXFP4 MoE and FP8
 // request, and no dense request (dense plans are heuristic); a winner must
 // be 300 bps faster; 10 s per request (room for a plugin's first NVRTC
-// compile of a kernel variant) and 60 s per host.
+// compile of a kernel variant) and 60 s per host for each phase.
 func DefaultPolicy() Policy {
 	return Policy{
 		Numerical: NumericalThroughput,
