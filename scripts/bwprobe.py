@@ -2,8 +2,17 @@
 """Read-bandwidth ceiling on the GPU: the time a trivial kernel takes to read
 the same bytes as an int4 g64 affine weight matrix (packed weights + scales +
 biases), timed exactly as scripts/affine_kernels.py times the kernels (CUDA
-graphs, copies rotated beyond L2). Prints µs and TB/s per shape; the affine
-kernels cannot beat these numbers.
+graphs, copies rotated beyond L2). Prints µs and TB/s per shape, three ways:
+
+  flat    launched plainly: a call starts once the call ahead has ended.
+  early   launched with early start (programmatic stream serialization, as
+          the decode kernels are): the read starts while the call ahead
+          still runs, and each block waits for it (griddepcontrol.wait)
+          before it may write, as a kernel whose output follows its input
+          must. The ceiling for a kernel with early start.
+  early1  the same with one 1024-thread block an SM holding 200 KB of shared
+          memory, as gemv/bulk's blocks do: a call's block can only start
+          once the call ahead has left that SM.
 
     python3 scripts/bwprobe.py
 """
@@ -38,22 +47,51 @@ extern "C" __global__ void flat(const unsigned char* w, long long n16, u32* out)
     for (; i < n16; i += stride) acc ^= ld(w + 16 * i).x;
     if (acc == 0x12345678u) out[0] = acc;   // keeps the loads
 }
+// flat under early start: lets the next call start at once, reads, then
+// waits for the call ahead before its (never taken) write.
+extern "C" __global__ void early(const unsigned char* w, long long n16, u32* out) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    u32 acc = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        const u4 a = ld(w + 16 * i), b = ld(w + 16 * (i + stride)), c = ld(w + 16 * (i + 2 * stride)), d = ld(w + 16 * (i + 3 * stride));
+        acc ^= a.x ^ b.y ^ c.z ^ d.w;
+    }
+    for (; i < n16; i += stride) acc ^= ld(w + 16 * i).x;
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (acc == 0x12345678u) out[0] = acc;
+}
 '''
+
+EARLY1_SMEM = 200 * 1024   # gemv/bulk's blocks hold 166-200 KB: one block an SM
 
 
 def main():
-    flat = cp.RawModule(code=SRC, options=("-std=c++17",)).get_function("flat")
+    mod = cp.RawModule(code=SRC, options=("-std=c++17",))
+    flat, early = mod.get_function("flat"), mod.get_function("early")
+    ak._set_max_smem(early, EARLY1_SMEM)
     out = cp.zeros(4, dtype=cp.uint32)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"{'shape':>13s} {'MB':>6s} | {'flat us':>8s} {'TB/s':>6s}  (grid {sms * 4}x512, 4 x 16 B in flight per thread)")
+    print(f"flat and early: grid {sms * 4}x512; early1: grid {sms}x1024 with {EARLY1_SMEM // 1024} KB of shared memory; "
+          "4 x 16 B in flight per thread")
+    print(f"{'shape':>13s} {'MB':>6s} | {'flat us':>8s} {'TB/s':>6s} | {'early us':>8s} {'TB/s':>6s} | {'early1 us':>9s} {'TB/s':>6s}")
     for in_f, out_f in ak.BENCH_SHAPES:
         nbytes = in_f * out_f // 2 + 2 * 2 * out_f * (in_f // 64)
+        n16 = nbytes // 16
         copies = [torch.empty(nbytes, dtype=torch.uint8, device="cuda") for _ in range(ak._copies(nbytes))]
-        def launch(buf):   # on torch's current stream (the capture stream inside a graph)
+        def plain(buf):   # on torch's current stream (the capture stream inside a graph)
             with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-                flat((sms * 4,), (512,), (np.uint64(buf.data_ptr()), np.int64(nbytes // 16), out))
-        t = ak.time_launches([lambda b=b: launch(b) for b in copies])
-        print(f"{in_f:6d}->{out_f:<6d} {nbytes / 1e6:6.1f} | {t * 1e6:8.1f} {nbytes / t / 1e12:6.2f}", flush=True)
+                flat((sms * 4,), (512,), (np.uint64(buf.data_ptr()), np.int64(n16), out))
+        def started(buf, grid, block, smem):
+            # n16 as np.uint64: the same bits as the kernel's long long, which launch_ex packs
+            ak.launch_ex(early, (grid, 1, 1), (block, 1, 1), (np.uint64(buf.data_ptr()), np.uint64(n16),
+                         np.uint64(out.data.ptr)), smem, programmatic=True)
+        row = []
+        for fn in (plain, lambda b: started(b, sms * 4, 512, 0), lambda b: started(b, sms, 1024, EARLY1_SMEM)):
+            t = ak.time_launches([lambda b=b: fn(b) for b in copies])
+            row.append(f"{t * 1e6:8.1f} {nbytes / t / 1e12:6.2f}")
+        print(f"{in_f:6d}->{out_f:<6d} {nbytes / 1e6:6.1f} | " + " | ".join(row), flush=True)
         del copies
 
 
