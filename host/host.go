@@ -250,5 +250,6 @@ func (h *Host) Close() error {
 	if h.env.channels != nil {
 		h.env.channels.close()
 	}
+	h.measurer.close()
 	return errors.Join(h.manager.Close(), h.dev.Close(), h.shm.Close())
 }

@@ -125,8 +125,10 @@ type measurer struct {
 	// benchmarks): a cache hit must leave it unchanged.
 	work atomic.Int64
 	// busy serialises measurements on the device: two tunings timed at once
-	// would time each other's kernels.
+	// would time each other's kernels. It also guards kept.
 	busy sync.Mutex
+	// kept are the last weight shape's sample weights on the device.
+	kept *keptWeights
 }
 
 // run is one candidate's progress through a measurement.
@@ -146,43 +148,25 @@ type run struct {
 // sampleBuffers hold one request's weights, inputs and outputs.
 type sampleBuffers struct {
 	weights, inputs, outputs *bufferSet
+	// borrowed: the weights belong to the measurer's keptWeights and are
+	// not freed with the rest.
+	borrowed bool
 }
 
-func (ms *measurer) allocateSample(c family.Contract, req sdk.Request) (*sampleBuffers, error) {
-	ms.work.Add(3)
-	return allocateSample(ms.dev, c, req)
-}
-
-func allocateSample(dev device.Device, c family.Contract, req sdk.Request) (*sampleBuffers, error) {
-	var s sampleBuffers
+// allocateIO makes a measurement's inputs and outputs; its weights are
+// the kept sample weights (see samples), set as each sample is checked.
+func (ms *measurer) allocateIO(c family.Contract, req sdk.Request) (*sampleBuffers, error) {
+	ms.work.Add(2)
+	s := sampleBuffers{borrowed: true}
 	var err error
-	if s.weights, err = allocate(dev, c.WeightSizes(req)); err != nil {
+	if s.inputs, err = allocate(ms.dev, c.InputSizes(req)); err != nil {
 		return nil, err
 	}
-	if s.inputs, err = allocate(dev, c.InputSizes(req)); err != nil {
-		s.free()
-		return nil, err
-	}
-	if s.outputs, err = allocate(dev, c.OutputSizes(req)); err != nil {
+	if s.outputs, err = allocate(ms.dev, c.OutputSizes(req)); err != nil {
 		s.free()
 		return nil, err
 	}
 	return &s, nil
-}
-
-// load writes a sample and returns the weight and input/output handles.
-func (s *sampleBuffers) load(sample sdk.Sample) (weights, io map[string]device.Handle, err error) {
-	if err := s.weights.write(sample.Weights); err != nil {
-		return nil, nil, err
-	}
-	if err := s.inputs.write(sample.Inputs); err != nil {
-		return nil, nil, err
-	}
-	if weights, err = s.weights.handles(); err != nil {
-		return nil, nil, err
-	}
-	io, err = s.ioHandles()
-	return weights, io, err
 }
 
 // ioBuffers maps every input and output binding to its buffer.
@@ -210,7 +194,11 @@ func (s *sampleBuffers) ioHandles() (map[string]device.Handle, error) {
 }
 
 func (s *sampleBuffers) free() {
-	for _, b := range []*bufferSet{s.weights, s.inputs, s.outputs} {
+	sets := []*bufferSet{s.inputs, s.outputs}
+	if !s.borrowed {
+		sets = append(sets, s.weights)
+	}
+	for _, b := range sets {
 		if b != nil {
 			b.free()
 		}
@@ -269,7 +257,7 @@ func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Du
 		d.Phases = append(d.Phases, Phase{name, now.Sub(mark)})
 		mark = now
 	}
-	bufs, err := ms.allocateSample(contract, req)
+	bufs, err := ms.allocateIO(contract, req)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +268,21 @@ func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Du
 		}
 	}()
 	phase("allocate")
-	if err := ms.checkNumbers(ctx, contract, req, bufs, runs, phase); err != nil {
+	reused, err := ms.checkNumbers(ctx, contract, req, bufs, runs, phase)
+	var unusable *fallbackUnusableError
+	if reused && errors.As(err, &unusable) {
+		// The weights kept from an earlier measurement may have been
+		// written by a candidate since: check again on fresh copies.
+		ms.logger.Warn("the fallback failed on kept sample weights; checking again on fresh copies", "request", req.Key(), "error", err)
+		phase("check on kept weights (the fallback failed)")
+		ms.dropKept()
+		for _, r := range runs {
+			r.release(ctx)
+			r.m.Verdict, r.m.Reason, r.firstMicros = "", "", 0
+		}
+		_, err = ms.checkNumbers(ctx, contract, req, bufs, runs, phase)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if only != "" {
@@ -336,28 +338,37 @@ func (ms *measurer) admit(ctx context.Context, req sdk.Request) (*Decision, []*r
 // checkNumbers runs every candidate on a pattern sample and then a random
 // sample, poisoning the outputs before each run. The fallback must match
 // the float64 reference; every other candidate must match the fallback
-// within the family's gate. Survivors stay prepared on the random sample.
-func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk.Request, bufs *sampleBuffers, runs []*run, phase func(string)) error {
-	samples := []struct {
-		name   string
-		sample sdk.Sample
-	}{{name: "pattern"}, {name: "random"}}
-	// The two samples are independent: build them side by side (for a
-	// layer of 10^8 weights each is tens of milliseconds of host work).
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		samples[1].sample = c.RandomSample(req, ms.opts.Seed)
-	}()
-	samples[0].sample = c.PatternSample(req)
-	<-done
-	phase("samples")
-	for _, s := range samples {
-		weights, io, err := bufs.load(s.sample)
-		if err != nil {
-			return err
+// within the family's gate. Survivors stay prepared on the random sample,
+// whose weights bufs.weights is left holding. It reports whether the
+// samples' weights were kept from an earlier measurement (samples).
+func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk.Request, bufs *sampleBuffers, runs []*run, phase func(string)) (bool, error) {
+	samples, reused, err := ms.samples(c, req)
+	if err != nil {
+		return false, err
+	}
+	if reused {
+		phase("samples (weights kept)")
+	} else {
+		phase("samples")
+	}
+	for i, sample := range samples {
+		name := sampleNames[i]
+		bufs.weights = ms.kept.dev[i]
+		if _, err := ms.kept.load(i); err != nil {
+			return reused, err
 		}
-		phase("copy " + s.name)
+		if err := bufs.inputs.write(sample.Inputs); err != nil {
+			return reused, err
+		}
+		weights, err := bufs.weights.handles()
+		if err != nil {
+			return reused, err
+		}
+		io, err := bufs.ioHandles()
+		if err != nil {
+			return reused, err
+		}
+		phase("copy " + name)
 		var reference map[string][]byte
 		for _, r := range runs {
 			if r.m.Verdict != "" {
@@ -367,30 +378,38 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 			got, us, err := ms.runOnce(ctx, r, req, bufs, weights, io)
 			switch {
 			case err != nil:
-				r.m.Verdict, r.m.Reason = VerdictFailed, fmt.Sprintf("%s sample: %v", s.name, err)
+				r.m.Verdict, r.m.Reason = VerdictFailed, fmt.Sprintf("%s sample: %v", name, err)
 			case r.entry.Info.Fallback:
-				if err := c.SpotCheck(req, s.sample, got, ms.opts.SpotCheckElements); err != nil {
-					r.m.Verdict, r.m.Reason = VerdictRejected, fmt.Sprintf("%s sample vs float64 reference: %v", s.name, err)
+				if err := c.SpotCheck(req, sample, got, ms.opts.SpotCheckElements); err != nil {
+					r.m.Verdict, r.m.Reason = VerdictRejected, fmt.Sprintf("%s sample vs float64 reference: %v", name, err)
 				}
 				reference = got
 			default:
 				if err := c.Compare(req, got, reference); err != nil {
-					r.m.Verdict, r.m.Reason = VerdictRejected, fmt.Sprintf("%s sample vs fallback: %v", s.name, err)
+					r.m.Verdict, r.m.Reason = VerdictRejected, fmt.Sprintf("%s sample vs fallback: %v", name, err)
 				}
 			}
 			if r.m.Verdict != "" {
 				ms.logger.Warn("candidate rejected", "request", req.Key(), "candidate", r.entry.Info.Name, "verdict", r.m.Verdict, "reason", r.m.Reason)
 				r.release(ctx)
 				if r.entry.Info.Fallback {
-					return fmt.Errorf("fallback %s of %s is unusable: %s", r.entry.Info.Name, req.Key(), r.m.Reason)
+					return reused, &fallbackUnusableError{fallback: r.entry.Info.Name, key: req.Key(), reason: r.m.Reason}
 				}
 				continue
 			}
 			r.firstMicros = us
 		}
-		phase("check " + s.name)
+		phase("check " + name)
 	}
-	return nil
+	return reused, nil
+}
+
+// fallbackUnusableError is a measurement's end when the family's fallback
+// fails its own check on a sample.
+type fallbackUnusableError struct{ fallback, key, reason string }
+
+func (e *fallbackUnusableError) Error() string {
+	return fmt.Sprintf("fallback %s of %s is unusable: %s", e.fallback, e.key, e.reason)
 }
 
 // runOnce prepares r if needed, poisons the outputs, executes once and

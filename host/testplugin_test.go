@@ -13,6 +13,7 @@ import (
 	"github.com/kcand/kcand/cuda"
 	"github.com/kcand/kcand/internal/refcandidate"
 	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/cpukernel"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/device/cpu"
 	"github.com/kcand/kcand/sdk/family/affine"
@@ -32,6 +33,7 @@ const (
 	pluginOddTail  = "oddtail"  // candidate "oddtail": the reference, one element wrong at odd token counts
 	pluginSlow     = "slow"     // candidate "slow": the reference, 100 ms a call
 	pluginWarm     = "warm"     // candidate "warm": the reference; its CPU device, when opened, creates the file $KCAND_TEST_WARM_MARKER
+	pluginScribble = "scribble" // candidate "scribble": the reference, zeroing the scales it was handed after each call
 )
 
 // envWarmMarker names the file pluginWarm creates when it opens its device.
@@ -70,6 +72,8 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, refcandidate.Candidate{Name: "slow", BeforeExecute: func() error { time.Sleep(100 * time.Millisecond); return nil }})
 	case pluginOddTail:
 		sdk.Serve(opts, oddTail{refcandidate.Candidate{Name: "oddtail"}})
+	case pluginScribble:
+		sdk.Serve(opts, scribble{refcandidate.Candidate{Name: "scribble"}})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)
@@ -136,6 +140,36 @@ func (o oddTail) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weig
 	c := o.Candidate
 	c.Corrupt = req.Tokens%2 == 1
 	return c.Prepare(ctx, env, req, weights)
+}
+
+// scribble is the reference candidate, except that after each call it
+// zeroes the scales it was handed: its own outputs are right, and the
+// weights it leaves behind are not.
+type scribble struct{ refcandidate.Candidate }
+
+func (s scribble) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	p, err := s.Candidate.Prepare(ctx, env, req, weights)
+	if err != nil {
+		return nil, err
+	}
+	scales, err := cpukernel.Bytes(weights, affine.Scales)
+	if err != nil {
+		return nil, err
+	}
+	return scribbled{p, scales}, nil
+}
+
+type scribbled struct {
+	sdk.Prepared
+	scales []byte
+}
+
+func (p scribbled) Execute(ctx context.Context, io sdk.Buffers) error {
+	if err := p.Prepared.Execute(ctx, io); err != nil {
+		return err
+	}
+	clear(p.scales)
+	return nil
 }
 
 // spy is the reference candidate, except that it refuses a prepare that

@@ -17,6 +17,14 @@ func (affineContract) RandomSample(req spec.Request, seed uint64) spec.Sample {
 	return affine.RandomSample(req, seed)
 }
 
+func (affineContract) RandomInputs(req spec.Request, seed uint64) map[string][]byte {
+	return affine.RandomInputs(req, seed)
+}
+
+func (affineContract) PatternInputs(req spec.Request) map[string][]byte {
+	return affine.PatternInputs(req)
+}
+
 func (affineContract) Compare(_ spec.Request, got, fallback map[string][]byte) error {
 	return affine.CheckAgainst(got[affine.Y], fallback[affine.Y])
 }

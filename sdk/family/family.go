@@ -17,8 +17,14 @@ type Contract interface {
 	InputSizes(req spec.Request) map[string]int64
 	OutputSizes(req spec.Request) map[string]int64
 	// RandomSample and PatternSample make inputs for tuning and tests.
+	// A sample's weights depend on the request's weight shape (and the
+	// seed) alone, never on its token count.
 	RandomSample(req spec.Request, seed uint64) spec.Sample
 	PatternSample(req spec.Request) spec.Sample
+	// RandomInputs and PatternInputs make the same samples' inputs alone,
+	// for a host that kept another token count's sample weights.
+	RandomInputs(req spec.Request, seed uint64) map[string][]byte
+	PatternInputs(req spec.Request) map[string][]byte
 	// Compare applies the family's numeric gate to a candidate's outputs
 	// against the fallback's, returning an error naming the worst element.
 	Compare(req spec.Request, got, fallback map[string][]byte) error

@@ -270,3 +270,20 @@ func TestSamplesDependOnTheSeedAloneNotOnTheCoreCount(t *testing.T) {
 		}
 	}
 }
+
+func TestSampleWeightsDoNotDependOnTheTokenCount(t *testing.T) {
+	// A host keeps one count's sample weights for the layer's other counts
+	// and makes only the inputs anew: that must give the same samples.
+	one, many := request(1, 256, 24, 4, 64), request(7, 256, 24, 4, 64)
+	one.Bias, many.Bias = true, true
+	for _, seed := range []uint64{3, 4} {
+		a, b := RandomSample(one, seed), RandomSample(many, seed)
+		assert.Equal(t, a.Weights, b.Weights, "random weights, seed %d", seed)
+		assert.Equal(t, b.Inputs, RandomInputs(many, seed), "RandomInputs is RandomSample's inputs")
+		assert.NotEqual(t, a.Inputs, b.Inputs)
+	}
+	p1, p7 := PatternSample(one), PatternSample(many)
+	assert.Equal(t, p1.Weights, p7.Weights, "pattern weights")
+	assert.Equal(t, p7.Inputs, PatternInputs(many), "PatternInputs is PatternSample's inputs")
+	assert.Len(t, p7.Inputs[X], 2*7*256)
+}

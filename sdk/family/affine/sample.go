@@ -52,10 +52,10 @@ func Quantize(req spec.Request, w []float32) map[string][]byte {
 // and weights drawn directly in quantised form. Packed weights are random
 // bytes, which makes every q of every bit width uniform over its levels;
 // scales and biases spread around a typical model's. A sample of a layer of
-// a hundred million weights costs a fraction of a second.
+// a hundred million weights costs a fraction of a second. The weights
+// depend on the seed and the weight shape alone, never on the token count
+// (RandomInputs makes the inputs alone).
 func RandomSample(req spec.Request, seed uint64) spec.Sample {
-	rng := rand.New(rand.NewPCG(seed, 0x6b63616e64))
-	uniform := func() float32 { return rng.Float32()*2 - 1 }
 	in, out, g, bits := req.InFeatures, req.OutFeatures, req.Weight.GroupSize, req.Weight.Bits
 	groups := in / g
 	levels := float32(int(1) << bits)
@@ -70,19 +70,27 @@ func RandomSample(req spec.Request, seed uint64) spec.Sample {
 			bf16.Set(biases, i, -1+0.5*crng.Float32())
 		}
 	})
-	x := make([]float32, req.Tokens*in)
-	for i := range x {
-		x[i] = uniform()
-	}
 	weights := map[string][]byte{Weight: packed, Scales: scales, Biases: biases}
 	if req.Bias {
+		brng := rand.New(rand.NewPCG(seed^0xb1a5, 0x6b63616e64))
 		bias := make([]float32, out)
 		for i := range bias {
-			bias[i] = uniform()
+			bias[i] = brng.Float32()*2 - 1
 		}
 		weights[Bias] = bf16.Encode(bias)
 	}
-	return spec.Sample{Weights: weights, Inputs: map[string][]byte{X: bf16.Encode(x)}}
+	return spec.Sample{Weights: weights, Inputs: RandomInputs(req, seed)}
+}
+
+// RandomInputs are RandomSample's inputs: x uniform in [-1, 1), drawn from
+// the seed.
+func RandomInputs(req spec.Request, seed uint64) map[string][]byte {
+	rng := rand.New(rand.NewPCG(seed, 0x6b63616e64))
+	x := make([]float32, req.Tokens*req.InFeatures)
+	for i := range x {
+		x[i] = rng.Float32()*2 - 1
+	}
+	return map[string][]byte{X: bf16.Encode(x)}
 }
 
 // sampleChunk is how many elements forChunks hands one goroutine. It is
@@ -131,7 +139,9 @@ func fillRandom(b []byte, seed uint64) {
 
 // PatternSample builds deterministic inputs that exercise every quantised
 // level, every group's scale and bias, and every token row differently, so
-// that indexing mistakes show up as wrong values.
+// that indexing mistakes show up as wrong values. Like RandomSample's, its
+// weights do not depend on the token count (PatternInputs makes the inputs
+// alone).
 func PatternSample(req spec.Request) spec.Sample {
 	in, out, g, bits := req.InFeatures, req.OutFeatures, req.Weight.GroupSize, req.Weight.Bits
 	groups := in / g
@@ -161,12 +171,6 @@ func PatternSample(req spec.Request) spec.Sample {
 			}
 		}
 	})
-	x := make([]float32, req.Tokens*in)
-	for t := 0; t < req.Tokens; t++ {
-		for i := 0; i < in; i++ {
-			x[t*in+i] = float32((i*7+t*3)%17-8) / 8
-		}
-	}
 	weights := map[string][]byte{Weight: packed, Scales: scales, Biases: biases}
 	if req.Bias {
 		bias := make([]float32, out)
@@ -175,5 +179,18 @@ func PatternSample(req spec.Request) spec.Sample {
 		}
 		weights[Bias] = bf16.Encode(bias)
 	}
-	return spec.Sample{Weights: weights, Inputs: map[string][]byte{X: bf16.Encode(x)}}
+	return spec.Sample{Weights: weights, Inputs: PatternInputs(req)}
+}
+
+// PatternInputs are PatternSample's inputs: every token row of x a
+// different pattern.
+func PatternInputs(req spec.Request) map[string][]byte {
+	in := req.InFeatures
+	x := make([]float32, req.Tokens*in)
+	for t := 0; t < req.Tokens; t++ {
+		for i := 0; i < in; i++ {
+			x[t*in+i] = float32((i*7+t*3)%17-8) / 8
+		}
+	}
+	return map[string][]byte{X: bf16.Encode(x)}
 }
