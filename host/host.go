@@ -131,7 +131,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 		h.env.channels = newChannelFactory(h.shm, dev, opts.ChannelOrdering, logger.Named("channel"))
 	}
 	h.measurer = &measurer{env: h.env, dev: dev, hw: dev.Profile(), registry: registry, logger: logger.Named("tuner"), opts: measureOpts, policy: policy,
-		health: health, launcher: h.launcher}
+		health: health, launcher: h.launcher, kept: keptSamples{limit: max(0, measureOpts.KeepSampleBytes)}}
 	h.cache = OpenCache(opts.CachePath, validatorsFor(dev.Profile()), stamps(manager.Plugins()), logger.Named("cache"))
 	h.planner = newPlanner(registry, h.measurer, h.cache, policy, dev.Profile(), logger.Named("planner"))
 	h.planner.owner = h

@@ -20,43 +20,93 @@ func phaseNames(d *Decision) []string {
 	return names
 }
 
-func TestMeasurementsOfOneLayerAtOtherCountsKeepItsSampleWeights(t *testing.T) {
-	h := openHost(t, "qmm", "gemv")
-	ctx := context.Background()
-	layer := func(tokens int) (r sdk.Request) {
-		r = affineRequest(tokens, 512, 96, 4, 64)
-		r.Bias = true
-		return r
+// layer is a test layer of 512 inputs and out outputs at a token count.
+func layer(tokens, out int) sdk.Request {
+	r := affineRequest(tokens, 512, out, 4, 64)
+	r.Bias = true
+	return r
+}
+
+// layerBytes is a test layer's weights in bytes.
+func layerBytes(t *testing.T, out int) int64 {
+	var n int64
+	for _, b := range familyContract(t, layer(1, out)).WeightSizes(layer(1, out)) {
+		n += b
 	}
-	first, err := h.Measure(ctx, layer(1))
+	return n
+}
+
+// openKeeping opens a host on the CPU with the plugins given, keeping
+// sample weights in keep bytes (0: the default).
+func openKeeping(t *testing.T, keep int64, plugins ...string) *Host {
+	t.Helper()
+	h, err := Open(context.Background(), Options{PluginDir: pluginDir(t, plugins...), Device: "cpu", Measure: MeasureOptions{KeepSampleBytes: keep}})
 	require.NoError(t, err)
-	assert.Contains(t, phaseNames(first), "samples")
-	// Another count of the same layer: only the inputs are made and copied,
-	// and the fallback passes its float64 check on the kept weights the
-	// first time.
-	again, err := h.Measure(ctx, layer(3))
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// sampleWork says how a measurement got its samples' weights: "made" or "kept".
+func sampleWork(t *testing.T, h *Host, req sdk.Request) string {
+	t.Helper()
+	d, err := h.Measure(context.Background(), req)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"allocate", "samples (weights kept)", "copy pattern", "check pattern", "copy random", "check random", "timing"}, phaseNames(again))
-	for _, m := range again.Measurements[:2] {
-		assert.Contains(t, []Verdict{VerdictChosen, VerdictKept, VerdictSlower, VerdictTooClose}, m.Verdict, "%s: %s", m.Candidate, m.Reason)
+	names := phaseNames(d)
+	require.GreaterOrEqual(t, len(names), 2, "phases %v", names)
+	switch names[1] {
+	case "samples":
+		return "made"
+	case "samples (weights kept)":
+		// The fallback passed its float64 check on the kept weights the
+		// first time, and the survivors were timed.
+		assert.Equal(t, []string{"allocate", "samples (weights kept)", "copy pattern", "check pattern", "copy random", "check random", "timing"}, names)
+		for _, m := range d.Measurements[:2] {
+			assert.Contains(t, []Verdict{VerdictChosen, VerdictKept, VerdictSlower, VerdictTooClose}, m.Verdict, "%s: %s", m.Candidate, m.Reason)
+		}
+		return "kept"
 	}
-	fresh, err := h.Measure(ctx, affineRequest(3, 1024, 96, 4, 64))
-	require.NoError(t, err)
-	assert.Contains(t, phaseNames(fresh), "samples", "another layer's weights are made anew")
-	back, err := h.Measure(ctx, layer(5))
-	require.NoError(t, err)
-	assert.Contains(t, phaseNames(back), "samples", "one layer is kept: the last")
+	t.Fatalf("phases %v", names)
+	return ""
+}
+
+func TestMeasurementsOfALayerAtOtherCountsKeepItsSampleWeights(t *testing.T) {
+	h := openKeeping(t, 0, "qmm", "gemv")
+	assert.Equal(t, "made", sampleWork(t, h, layer(1, 96)))
+	assert.Equal(t, "kept", sampleWork(t, h, layer(3, 96)), "another count of the same layer makes only its inputs")
+	assert.Equal(t, "made", sampleWork(t, h, layer(3, 64)), "another layer's weights are made")
+	assert.Equal(t, "kept", sampleWork(t, h, layer(5, 96)), "both layers fit the default limit")
+	assert.Equal(t, "kept", sampleWork(t, h, layer(2, 64)))
+	req := layer(1, 96)
+	req.Weight.GroupSize = 32
+	assert.Equal(t, "made", sampleWork(t, h, req), "another format is another layer")
+}
+
+func TestKeptSampleWeightsStayWithinTheirLimit(t *testing.T) {
+	// Room for one layer of 96 outputs' two samples: measuring another
+	// layer frees the least recently used.
+	h := openKeeping(t, 2*layerBytes(t, 96), "qmm", "gemv")
+	assert.Equal(t, "made", sampleWork(t, h, layer(1, 96)))
+	assert.Equal(t, "made", sampleWork(t, h, layer(1, 64)))
+	assert.Equal(t, "kept", sampleWork(t, h, layer(2, 64)))
+	assert.Equal(t, "made", sampleWork(t, h, layer(2, 96)), "freed to make room")
+	// A layer larger than the limit alone is not kept.
+	assert.Equal(t, "made", sampleWork(t, h, layer(1, 128)))
+	assert.Equal(t, "made", sampleWork(t, h, layer(2, 128)))
+	// Negative: nothing is kept.
+	none := openKeeping(t, -1, "qmm")
+	assert.Equal(t, "made", sampleWork(t, none, layer(1, 96)))
+	assert.Equal(t, "made", sampleWork(t, none, layer(2, 96)))
 }
 
 func TestKeptSampleWeightsSpoiledByACandidateAreCopiedAgain(t *testing.T) {
 	h := openHost(t, "qmm", "scribble")
 	ctx := context.Background()
-	_, err := h.Measure(ctx, affineRequest(1, 512, 96, 4, 64))
+	_, err := h.Measure(ctx, layer(1, 96))
 	require.NoError(t, err)
 	// scribble zeroed the scales of both kept samples. The fallback fails
 	// on them against the float64 reference; the measurement copies the
 	// weights again and goes on.
-	d, err := h.Measure(ctx, affineRequest(3, 512, 96, 4, 64))
+	d, err := h.Measure(ctx, layer(3, 96))
 	require.NoError(t, err, "a candidate that writes into its weights must not spoil the next measurement")
 	assert.Equal(t, []string{"allocate", "samples (weights kept)", "copy pattern", "check on kept weights (the fallback failed)", "samples"}, phaseNames(d)[:5])
 	for _, m := range d.Measurements {

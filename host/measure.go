@@ -90,6 +90,11 @@ type MeasureOptions struct {
 	// (default 256, spread over rows and tokens; every other candidate is
 	// compared with the fallback on every element).
 	SpotCheckElements int
+	// KeepSampleBytes bounds the device memory in which sample weights are
+	// kept from one measurement to the next, so that a layer measured at
+	// another token count makes and copies only its inputs (default
+	// DefaultKeepSampleBytes; negative: keep none).
+	KeepSampleBytes int64
 }
 
 func (o *MeasureOptions) defaults() {
@@ -107,6 +112,9 @@ func (o *MeasureOptions) defaults() {
 	}
 	if o.SpotCheckElements <= 0 {
 		o.SpotCheckElements = 256
+	}
+	if o.KeepSampleBytes == 0 {
+		o.KeepSampleBytes = DefaultKeepSampleBytes
 	}
 }
 
@@ -127,8 +135,9 @@ type measurer struct {
 	// busy serialises measurements on the device: two tunings timed at once
 	// would time each other's kernels. It also guards kept.
 	busy sync.Mutex
-	// kept are the last weight shape's sample weights on the device.
-	kept *keptWeights
+	// kept are the sample weights of the layers measured last, on the
+	// device (guarded by busy).
+	kept keptSamples
 }
 
 // run is one candidate's progress through a measurement.
@@ -257,6 +266,7 @@ func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Du
 		d.Phases = append(d.Phases, Phase{name, now.Sub(mark)})
 		mark = now
 	}
+	defer ms.kept.trim(ms.kept.limit) // last: once the candidates have let the weights go
 	bufs, err := ms.allocateIO(contract, req)
 	if err != nil {
 		return nil, err
@@ -275,7 +285,7 @@ func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Du
 		// written by a candidate since: check again on fresh copies.
 		ms.logger.Warn("the fallback failed on kept sample weights; checking again on fresh copies", "request", req.Key(), "error", err)
 		phase("check on kept weights (the fallback failed)")
-		ms.dropKept()
+		ms.kept.drop(weightShape(req, ms.opts.Seed))
 		for _, r := range runs {
 			r.release(ctx)
 			r.m.Verdict, r.m.Reason, r.firstMicros = "", "", 0
@@ -342,7 +352,7 @@ func (ms *measurer) admit(ctx context.Context, req sdk.Request) (*Decision, []*r
 // whose weights bufs.weights is left holding. It reports whether the
 // samples' weights were kept from an earlier measurement (samples).
 func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk.Request, bufs *sampleBuffers, runs []*run, phase func(string)) (bool, error) {
-	samples, reused, err := ms.samples(c, req)
+	samples, kept, reused, err := ms.samples(c, req)
 	if err != nil {
 		return false, err
 	}
@@ -353,8 +363,8 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 	}
 	for i, sample := range samples {
 		name := sampleNames[i]
-		bufs.weights = ms.kept.dev[i]
-		if _, err := ms.kept.load(i); err != nil {
+		bufs.weights = kept.dev[i]
+		if _, err := kept.load(i); err != nil {
 			return reused, err
 		}
 		if err := bufs.inputs.write(sample.Inputs); err != nil {
