@@ -50,6 +50,10 @@ for s in "${stages[@]}"; do
                # what tuning costs once a plugin's variants are compiled
                rm -f "$KCAND_CACHE"
                run tune-warm bin/gpu/kcand tune --device cuda
+               # the same without keeping a layer's sample weights between
+               # its token counts, to compare
+               rm -f "$KCAND_CACHE"
+               run tune-nokeep bin/gpu/kcand tune --device cuda --keep-sample-mb 0
                # every count on its own, from an empty plan cache: the keys
                # that shared a bucket's measurement are measured, to compare
                rm -f "$KCAND_CACHE"

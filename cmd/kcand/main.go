@@ -74,6 +74,8 @@ type commonFlags struct {
 	config    string
 	// tuneAll widens the tuning policy to every request of every family.
 	tuneAll bool
+	// measure tunes measurement (tune's flags set it).
+	measure host.MeasureOptions
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
@@ -108,5 +110,5 @@ func (c *commonFlags) open(ctx context.Context, stderr io.Writer) (*host.Host, e
 			policy.Tune = append(policy.Tune, host.TuneRule{Family: f})
 		}
 	}
-	return host.Open(ctx, host.Options{PluginDir: c.pluginDir, Device: c.device, Logger: logger, Policy: &policy, CachePath: c.cache})
+	return host.Open(ctx, host.Options{PluginDir: c.pluginDir, Device: c.device, Logger: logger, Policy: &policy, CachePath: c.cache, Measure: c.measure})
 }

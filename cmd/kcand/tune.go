@@ -11,6 +11,7 @@ import (
 	"github.com/kcand/kcand/host"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
+	"github.com/kcand/kcand/sdk/errdefs"
 )
 
 func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -19,8 +20,17 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var c commonFlags
 	c.register(fs)
 	all := fs.Bool("all", false, "measure every demo request, whatever the tuning policy says")
+	keepMB := fs.Int64("keep-sample-mb", host.DefaultKeepSampleBytes>>20,
+		"device memory (MB) in which a layer's sample weights are kept for its other token counts; 0 keeps none")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *keepMB < 0 {
+		return errdefs.Invalid("keep-sample-mb", *keepMB, "want 0 or more")
+	}
+	c.measure.KeepSampleBytes = *keepMB << 20
+	if *keepMB == 0 {
+		c.measure.KeepSampleBytes = -1 // MeasureOptions: negative keeps none
 	}
 	if *all {
 		c.tuneAll = true
@@ -117,6 +127,9 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			affine(sdk.PhaseDecode, sdk.RoleGateUp, 1, 4096, 28672, 4, 64),
 			affine(sdk.PhaseDecode, sdk.RoleDown, 1, 14336, 4096, 4, 64),
 			affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 4096, 4096, 8, 64),
+			// a layer an engine asks for at decode and then at prefill (16
+			// tokens, below): the second makes and copies only its inputs
+			affine(sdk.PhaseDecode, sdk.RoleDown, 1, 28672, 8192, 4, 64),
 			// small batches: the stream kernel or the tiled one, by shape
 			affine(sdk.PhasePrefill, sdk.RoleAttentionOutput, 16, 4096, 4096, 4, 64),
 			affine(sdk.PhasePrefill, sdk.RoleDown, 16, 28672, 8192, 4, 64),
@@ -133,6 +146,9 @@ func demoRequests(kind device.Kind) []sdk.Request {
 		affine(sdk.PhaseDecode, sdk.RoleGateUp, 1, 1024, 4096, 4, 64),
 		affine(sdk.PhaseDecode, sdk.RoleDown, 1, 2048, 1024, 8, 128),
 		affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 1152, 1032, 3, 64),
+		// a layer at decode and then at prefill: the second measurement
+		// makes and copies only its inputs
+		affine(sdk.PhaseDecode, sdk.RoleGateUp, 1, 1024, 1024, 4, 32),
 		affine(sdk.PhasePrefill, sdk.RoleGateUp, 64, 1024, 1024, 4, 32),
 		// shares the measurement of 64 tokens, the largest of its bucket
 		affine(sdk.PhasePrefill, sdk.RoleGateUp, 40, 1024, 1024, 4, 32),
