@@ -136,20 +136,28 @@ func (ks *keptSamples) bytes() int64 {
 // holds ms.busy, and calls ms.kept.trim(ms.kept.limit) once done with them.
 func (ms *measurer) samples(c family.Contract, req sdk.Request) (samples [2]sdk.Sample, k *keptWeights, reused bool, err error) {
 	shape := weightShape(req, ms.opts.Seed)
-	if k := ms.kept.get(shape); k != nil {
-		samples[0] = sdk.Sample{Weights: k.host[0], Inputs: c.PatternInputs(req)}
-		samples[1] = sdk.Sample{Weights: k.host[1], Inputs: c.RandomInputs(req, ms.opts.Seed)}
-		return samples, k, true, nil
-	}
 	// The two samples are independent: build them side by side (for a
-	// layer of 10^8 weights each is tens of milliseconds of host work).
+	// layer of 10^8 weights each is tens of milliseconds of host work, and
+	// the inputs of a few thousand tokens a few milliseconds).
+	k = ms.kept.get(shape)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		samples[1] = c.RandomSample(req, ms.opts.Seed)
+		if k != nil {
+			samples[1] = sdk.Sample{Weights: k.host[1], Inputs: c.RandomInputs(req, ms.opts.Seed)}
+		} else {
+			samples[1] = c.RandomSample(req, ms.opts.Seed)
+		}
 	}()
-	samples[0] = c.PatternSample(req)
+	if k != nil {
+		samples[0] = sdk.Sample{Weights: k.host[0], Inputs: c.PatternInputs(req)}
+	} else {
+		samples[0] = c.PatternSample(req)
+	}
 	<-done
+	if k != nil {
+		return samples, k, true, nil
+	}
 	var size int64
 	for _, n := range c.WeightSizes(req) {
 		size += n
