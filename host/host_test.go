@@ -14,7 +14,6 @@ import (
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/errdefs"
-	"github.com/kcand/kcand/sdk/family"
 	"github.com/kcand/kcand/sdk/family/affine"
 )
 
@@ -205,26 +204,8 @@ func TestSIGKILLDuringMeasureKeepsHostServing(t *testing.T) {
 	}
 }
 
-// allocateSample makes a request's weights, inputs and outputs (a test's own,
-// not the measurer's kept sample weights).
-func allocateSample(dev device.Device, c family.Contract, req sdk.Request) (*sampleBuffers, error) {
-	var s sampleBuffers
-	var err error
-	if s.weights, err = allocate(dev, c.WeightSizes(req)); err != nil {
-		return nil, err
-	}
-	if s.inputs, err = allocate(dev, c.InputSizes(req)); err != nil {
-		s.free()
-		return nil, err
-	}
-	if s.outputs, err = allocate(dev, c.OutputSizes(req)); err != nil {
-		s.free()
-		return nil, err
-	}
-	return &s, nil
-}
-
-// load writes a sample and returns the weight and input/output handles.
+// load writes a sample and returns the weight and input/output handles (the
+// measurer loads its samples itself: see measurer.load).
 func (s *sampleBuffers) load(sample sdk.Sample) (weights, io map[string]device.Handle, err error) {
 	if err := s.weights.write(sample.Weights); err != nil {
 		return nil, nil, err

@@ -13,37 +13,29 @@ import (
 var sampleNames = [2]string{"pattern", "random"}
 
 // DefaultKeepSampleBytes is how much device memory the measurer keeps
-// sample weights in by default (MeasureOptions.KeepSampleBytes): every
-// layer shape of one transformer block of a 70B model at 4 bits, both
-// samples of each.
+// sample weights in by default (MeasureOptions.KeepSampleBytes): the layers
+// of one transformer block of a 70B model at 4 bits, both samples of each.
 const DefaultKeepSampleBytes = 1 << 30
 
-// keptWeights are the device copies of one layer shape's two sample
-// weights, the pattern sample's and the random sample's, kept from one
-// measurement to the next. An engine tunes a layer at many token counts
-// (decode, the representatives of prefill's token buckets, each count that
-// shares a bucket's plan), and a sample's weights depend on the layer's
-// shape and the seed, never on the count. A measurement at a kept shape
-// makes and copies only its inputs: for a layer of 132 MB that saves
-// making the weights on the host (about 30 ms) and copying them twice
-// (17–24 ms each on the H200).
+// keptWeights are one layer's two sample weights, the pattern sample's and
+// the random sample's, kept on the device from one measurement to the
+// next. An engine measures a layer at many token counts (decode, the
+// representatives of prefill's token buckets, each count that shares a
+// bucket's plan), and a sample's weights depend on the layer and the seed,
+// never on the count. A measurement of a kept layer makes only its inputs
+// and copies the weights device to device: for a layer of 132 MB that
+// saves making them on the host (about 30 ms) and copying them from it
+// twice (17–24 ms each on the H200).
 //
-// The measurer keeps the shapes it measured last, up to
-// MeasureOptions.KeepSampleBytes of device memory (keptSamples), until the
-// host's Close. A candidate that writes into the weights it was handed
-// would spoil the next measurement's samples; the fallback's check against
-// the float64 reference, computed from the host's copy, then fails, and
-// the measurement drops the kept weights and checks again on fresh copies
-// (examine).
+// The kept copies are never handed to a plugin: each measurement copies
+// them into weights of its own, so a candidate that writes into the
+// weights it was handed spoils nothing beyond its own measurement, as
+// before. The host also keeps the weights' bytes (the float64 reference
+// is computed from them): host memory as large as the device memory.
 type keptWeights struct {
 	shape string
 	host  [2]map[string][]byte
-	// dev holds each sample's weights; dev[1] == dev[0] when a second set
-	// did not fit.
-	dev [2]*bufferSet
-	// holds says which sample's weights a set holds now (absent: unknown).
-	holds map[*bufferSet]int
-	// bytes is the device memory of dev.
+	dev   [2]*bufferSet
 	bytes int64
 }
 
@@ -54,33 +46,17 @@ func weightShape(req sdk.Request, seed uint64) string {
 	return fmt.Sprintf("%s seed=%#x", req.Key(), seed)
 }
 
-// load makes sure sample i's weights are in its set, copying them there if
-// not; it reports whether it copied.
-func (k *keptWeights) load(i int) (bool, error) {
-	set := k.dev[i]
-	if h, ok := k.holds[set]; ok && h == i {
-		return false, nil
-	}
-	delete(k.holds, set) // a failed write leaves the set holding nothing known
-	if err := set.write(k.host[i]); err != nil {
-		return false, err
-	}
-	k.holds[set] = i
-	return true, nil
-}
-
 func (k *keptWeights) free() {
-	for i, set := range k.dev {
-		if set != nil && (i == 0 || set != k.dev[0]) {
+	for _, set := range k.dev {
+		if set != nil {
 			set.free()
 		}
 	}
 }
 
 // keptSamples are the measurer's kept sample weights, most recently used
-// first, in at most limit bytes of device memory once a measurement ends
-// (a layer larger than that alone is not kept). The caller holds
-// measurer.busy.
+// first, in at most limit bytes of device memory (a layer larger than that
+// alone is not kept). The caller holds measurer.busy.
 type keptSamples struct {
 	limit int64
 	list  []*keptWeights
@@ -98,10 +74,8 @@ func (ks *keptSamples) get(shape string) *keptWeights {
 	return nil
 }
 
-// add keeps k as the most recently used, first freeing the least recently
-// used until k fits beside the rest (or nothing else is kept).
+// add keeps k as the most recently used.
 func (ks *keptSamples) add(k *keptWeights) {
-	ks.trim(ks.limit - k.bytes)
 	ks.list = append([]*keptWeights{k}, ks.list...)
 }
 
@@ -110,15 +84,8 @@ func (ks *keptSamples) trim(limit int64) {
 	for len(ks.list) > 0 && ks.bytes() > limit {
 		last := len(ks.list) - 1
 		ks.list[last].free()
+		ks.list[last] = nil // the host copies go with it
 		ks.list = ks.list[:last]
-	}
-}
-
-// drop frees shape's kept weights, if kept.
-func (ks *keptSamples) drop(shape string) {
-	if k := ks.get(shape); k != nil {
-		k.free()
-		ks.list = ks.list[1:]
 	}
 }
 
@@ -130,58 +97,111 @@ func (ks *keptSamples) bytes() int64 {
 	return n
 }
 
-// samples returns req's two samples, pattern then random, and their
-// weights' device sets: kept ones when req's shape is kept (reused; only
-// the inputs are made), else made and allocated now and kept. The caller
-// holds ms.busy, and calls ms.kept.trim(ms.kept.limit) once done with them.
-func (ms *measurer) samples(c family.Contract, req sdk.Request) (samples [2]sdk.Sample, k *keptWeights, reused bool, err error) {
+// sampleSet is a measurement's two samples, and where their weights come
+// from: kept (copied device to device into the measurement's own weights)
+// or the host.
+type sampleSet struct {
+	samples [2]sdk.Sample
+	kept    *keptWeights
+	// keep, when set, is the layer's new keptWeights, to be filled from
+	// the measurement's weights as each sample is loaded (load).
+	keep *keptWeights
+}
+
+// samples makes req's two samples, pattern then random: only the inputs
+// when the layer's weights are kept, else whole, making room to keep them
+// when the layer fits the limit. The caller holds ms.busy.
+func (ms *measurer) samples(c family.Contract, req sdk.Request) (set sampleSet, err error) {
 	shape := weightShape(req, ms.opts.Seed)
+	set.kept = ms.kept.get(shape)
 	// The two samples are independent: build them side by side (for a
 	// layer of 10^8 weights each is tens of milliseconds of host work, and
 	// the inputs of a few thousand tokens a few milliseconds).
-	k = ms.kept.get(shape)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if k != nil {
-			samples[1] = sdk.Sample{Weights: k.host[1], Inputs: c.RandomInputs(req, ms.opts.Seed)}
+		if set.kept != nil {
+			set.samples[1] = sdk.Sample{Weights: set.kept.host[1], Inputs: c.RandomInputs(req, ms.opts.Seed)}
 		} else {
-			samples[1] = c.RandomSample(req, ms.opts.Seed)
+			set.samples[1] = c.RandomSample(req, ms.opts.Seed)
 		}
 	}()
-	if k != nil {
-		samples[0] = sdk.Sample{Weights: k.host[0], Inputs: c.PatternInputs(req)}
+	if set.kept != nil {
+		set.samples[0] = sdk.Sample{Weights: set.kept.host[0], Inputs: c.PatternInputs(req)}
 	} else {
-		samples[0] = c.PatternSample(req)
+		set.samples[0] = c.PatternSample(req)
 	}
 	<-done
-	if k != nil {
-		return samples, k, true, nil
+	if set.kept != nil {
+		return set, nil
 	}
+	sizes := c.WeightSizes(req)
 	var size int64
-	for _, n := range c.WeightSizes(req) {
+	for _, n := range sizes {
 		size += n
 	}
+	if 2*size > ms.kept.limit {
+		return set, nil
+	}
 	ms.kept.trim(ms.kept.limit - 2*size)
-	k = &keptWeights{shape: shape, host: [2]map[string][]byte{samples[0].Weights, samples[1].Weights}, holds: map[*bufferSet]int{}, bytes: size}
-	ms.work.Add(1)
-	if k.dev[0], err = allocate(ms.dev, c.WeightSizes(req)); err != nil {
-		return samples, nil, false, err
+	k := &keptWeights{shape: shape, host: [2]map[string][]byte{set.samples[0].Weights, set.samples[1].Weights}, bytes: 2 * size}
+	for i := range k.dev {
+		ms.work.Add(1)
+		if k.dev[i], err = allocate(ms.dev, sizes); err != nil {
+			ms.logger.Warn("sample weights not kept: no room on the device", "request", req.Key(), "error", err)
+			k.free()
+			return set, nil
+		}
 	}
-	ms.work.Add(1)
-	if k.dev[1], err = allocate(ms.dev, c.WeightSizes(req)); err != nil {
-		ms.logger.Info("a second copy of the sample weights does not fit; the samples take turns in one", "request", req.Key(), "error", err)
-		k.dev[1] = k.dev[0]
-	} else {
-		k.bytes += size
-	}
-	ms.kept.add(k)
-	return samples, k, false, nil
+	set.keep = k
+	return set, nil
 }
 
-// close frees what the measurer keeps on the device.
+// load puts sample i's weights into the measurement's own weights: copied
+// from the kept ones, else written from the host (and, when the layer is to
+// be kept, copied from there into its kept set before any plugin sees
+// them). Once both samples are loaded, a layer to be kept is kept.
+func (ms *measurer) load(set *sampleSet, i int, weights *bufferSet) error {
+	if set.kept != nil {
+		if err := copyBuffers(ms.dev, weights.bufs, set.kept.dev[i].bufs); err != nil {
+			return err
+		}
+		return ms.dev.Synchronize()
+	}
+	if err := weights.write(set.samples[i].Weights); err != nil {
+		return err
+	}
+	if set.keep == nil {
+		return nil
+	}
+	if err := copyBuffers(ms.dev, set.keep.dev[i].bufs, weights.bufs); err != nil {
+		set.keep.free()
+		set.keep = nil
+		return err
+	}
+	if err := ms.dev.Synchronize(); err != nil {
+		return err
+	}
+	if i == len(set.samples)-1 {
+		ms.kept.add(set.keep)
+		set.keep = nil
+	}
+	return nil
+}
+
+// discard frees a layer that was to be kept but was not loaded whole.
+func (set *sampleSet) discard() {
+	if set.keep != nil {
+		set.keep.free()
+		set.keep = nil
+	}
+}
+
+// close frees what the measurer keeps on the device, and keeps nothing from
+// then on.
 func (ms *measurer) close() {
 	ms.busy.Lock()
 	defer ms.busy.Unlock()
 	ms.kept.trim(0)
+	ms.kept.limit = 0
 }

@@ -92,7 +92,7 @@ type MeasureOptions struct {
 	SpotCheckElements int
 	// KeepSampleBytes bounds the device memory in which sample weights are
 	// kept from one measurement to the next, so that a layer measured at
-	// another token count makes and copies only its inputs (default
+	// another token count makes only its inputs (default
 	// DefaultKeepSampleBytes; negative: keep none).
 	KeepSampleBytes int64
 }
@@ -136,7 +136,7 @@ type measurer struct {
 	// would time each other's kernels. It also guards kept.
 	busy sync.Mutex
 	// kept are the sample weights of the layers measured last, on the
-	// device (guarded by busy).
+	// device.
 	kept keptSamples
 }
 
@@ -157,21 +157,24 @@ type run struct {
 // sampleBuffers hold one request's weights, inputs and outputs.
 type sampleBuffers struct {
 	weights, inputs, outputs *bufferSet
-	// borrowed: the weights belong to the measurer's keptWeights and are
-	// not freed with the rest.
-	borrowed bool
 }
 
-// allocateIO makes a measurement's inputs and outputs; its weights are
-// the kept sample weights (see samples), set as each sample is checked.
-func (ms *measurer) allocateIO(c family.Contract, req sdk.Request) (*sampleBuffers, error) {
-	ms.work.Add(2)
-	s := sampleBuffers{borrowed: true}
+func (ms *measurer) allocateSample(c family.Contract, req sdk.Request) (*sampleBuffers, error) {
+	ms.work.Add(3)
+	return allocateSample(ms.dev, c, req)
+}
+
+func allocateSample(dev device.Device, c family.Contract, req sdk.Request) (*sampleBuffers, error) {
+	var s sampleBuffers
 	var err error
-	if s.inputs, err = allocate(ms.dev, c.InputSizes(req)); err != nil {
+	if s.weights, err = allocate(dev, c.WeightSizes(req)); err != nil {
 		return nil, err
 	}
-	if s.outputs, err = allocate(ms.dev, c.OutputSizes(req)); err != nil {
+	if s.inputs, err = allocate(dev, c.InputSizes(req)); err != nil {
+		s.free()
+		return nil, err
+	}
+	if s.outputs, err = allocate(dev, c.OutputSizes(req)); err != nil {
 		s.free()
 		return nil, err
 	}
@@ -203,11 +206,7 @@ func (s *sampleBuffers) ioHandles() (map[string]device.Handle, error) {
 }
 
 func (s *sampleBuffers) free() {
-	sets := []*bufferSet{s.inputs, s.outputs}
-	if !s.borrowed {
-		sets = append(sets, s.weights)
-	}
-	for _, b := range sets {
+	for _, b := range []*bufferSet{s.weights, s.inputs, s.outputs} {
 		if b != nil {
 			b.free()
 		}
@@ -266,8 +265,7 @@ func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Du
 		d.Phases = append(d.Phases, Phase{name, now.Sub(mark)})
 		mark = now
 	}
-	defer ms.kept.trim(ms.kept.limit) // last: once the candidates have let the weights go
-	bufs, err := ms.allocateIO(contract, req)
+	bufs, err := ms.allocateSample(contract, req)
 	if err != nil {
 		return nil, err
 	}
@@ -278,21 +276,7 @@ func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Du
 		}
 	}()
 	phase("allocate")
-	reused, err := ms.checkNumbers(ctx, contract, req, bufs, runs, phase)
-	var unusable *fallbackUnusableError
-	if reused && errors.As(err, &unusable) {
-		// The weights kept from an earlier measurement may have been
-		// written by a candidate since: check again on fresh copies.
-		ms.logger.Warn("the fallback failed on kept sample weights; checking again on fresh copies", "request", req.Key(), "error", err)
-		phase("check on kept weights (the fallback failed)")
-		ms.kept.drop(weightShape(req, ms.opts.Seed))
-		for _, r := range runs {
-			r.release(ctx)
-			r.m.Verdict, r.m.Reason, r.firstMicros = "", "", 0
-		}
-		_, err = ms.checkNumbers(ctx, contract, req, bufs, runs, phase)
-	}
-	if err != nil {
+	if err := ms.checkNumbers(ctx, contract, req, bufs, runs, phase); err != nil {
 		return nil, err
 	}
 	if only != "" {
@@ -348,35 +332,33 @@ func (ms *measurer) admit(ctx context.Context, req sdk.Request) (*Decision, []*r
 // checkNumbers runs every candidate on a pattern sample and then a random
 // sample, poisoning the outputs before each run. The fallback must match
 // the float64 reference; every other candidate must match the fallback
-// within the family's gate. Survivors stay prepared on the random sample,
-// whose weights bufs.weights is left holding. It reports whether the
-// samples' weights were kept from an earlier measurement (samples).
-func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk.Request, bufs *sampleBuffers, runs []*run, phase func(string)) (bool, error) {
-	samples, kept, reused, err := ms.samples(c, req)
+// within the family's gate. Survivors stay prepared on the random sample.
+func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk.Request, bufs *sampleBuffers, runs []*run, phase func(string)) error {
+	set, err := ms.samples(c, req)
 	if err != nil {
-		return false, err
+		return err
 	}
-	if reused {
+	defer set.discard()
+	if set.kept != nil {
 		phase("samples (weights kept)")
 	} else {
 		phase("samples")
 	}
-	for i, sample := range samples {
+	for i, sample := range set.samples {
 		name := sampleNames[i]
-		bufs.weights = kept.dev[i]
-		if _, err := kept.load(i); err != nil {
-			return reused, err
+		if err := ms.load(&set, i, bufs.weights); err != nil {
+			return err
 		}
 		if err := bufs.inputs.write(sample.Inputs); err != nil {
-			return reused, err
+			return err
 		}
 		weights, err := bufs.weights.handles()
 		if err != nil {
-			return reused, err
+			return err
 		}
 		io, err := bufs.ioHandles()
 		if err != nil {
-			return reused, err
+			return err
 		}
 		phase("copy " + name)
 		var reference map[string][]byte
@@ -403,7 +385,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 				ms.logger.Warn("candidate rejected", "request", req.Key(), "candidate", r.entry.Info.Name, "verdict", r.m.Verdict, "reason", r.m.Reason)
 				r.release(ctx)
 				if r.entry.Info.Fallback {
-					return reused, &fallbackUnusableError{fallback: r.entry.Info.Name, key: req.Key(), reason: r.m.Reason}
+					return fmt.Errorf("fallback %s of %s is unusable: %s", r.entry.Info.Name, req.Key(), r.m.Reason)
 				}
 				continue
 			}
@@ -411,15 +393,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 		}
 		phase("check " + name)
 	}
-	return reused, nil
-}
-
-// fallbackUnusableError is a measurement's end when the family's fallback
-// fails its own check on a sample.
-type fallbackUnusableError struct{ fallback, key, reason string }
-
-func (e *fallbackUnusableError) Error() string {
-	return fmt.Sprintf("fallback %s of %s is unusable: %s", e.fallback, e.key, e.reason)
+	return nil
 }
 
 // runOnce prepares r if needed, poisons the outputs, executes once and

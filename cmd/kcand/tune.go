@@ -21,7 +21,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	c.register(fs)
 	all := fs.Bool("all", false, "measure every demo request, whatever the tuning policy says")
 	keepMB := fs.Int64("keep-sample-mb", host.DefaultKeepSampleBytes>>20,
-		"device memory (MB) in which a layer's sample weights are kept for its other token counts; 0 keeps none")
+		"device memory (MiB) in which the sample weights of the layers measured last are kept for their other token counts; 0 keeps none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
