@@ -109,7 +109,7 @@ func TestGPUTuningOncePerKeyAndCached(t *testing.T) {
 	for _, req := range keys {
 		p, err := h.Plan(context.Background(), req)
 		require.NoError(t, err)
-		require.Equal(t, SourceMeasured, p.Source)
+		require.Equal(t, SourceMeasured, p.Source, "%s: %s", req.Key(), p.Reason)
 		for _, m := range p.Decision.Measurements {
 			t.Logf("%s %-5s %8.1f µs ± %5.1f %s", req.Key(), m.Candidate, m.Timing.Mean, m.Timing.Spread, m.Verdict)
 		}

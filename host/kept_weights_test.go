@@ -105,3 +105,18 @@ func TestACandidateThatWritesIntoItsWeightsSpoilsNoKeptSample(t *testing.T) {
 	assert.Equal(t, "kept", sampleWork(t, h, layer(3, 96)))
 	assert.Equal(t, "kept", sampleWork(t, h, layer(5, 96)))
 }
+
+func TestPluginsForgetAMeasurementsBuffersWhenItEnds(t *testing.T) {
+	// A plugin keeps what it mapped until the host says otherwise; on a GPU
+	// the host's next allocation at the same memory would then fail to
+	// open there (CUDA_ERROR_ALREADY_MAPPED). mapcount fails once its
+	// device holds more than one measurement's buffers.
+	h := openKeeping(t, -1, "qmm", "mapcount")
+	for i := 0; i < 4; i++ {
+		d, err := h.Measure(context.Background(), layer(1+i, 64+8*i))
+		require.NoError(t, err)
+		for _, m := range d.Measurements {
+			assert.NotEqual(t, VerdictFailed, m.Verdict, "measurement %d, %s: %s", i, m.Candidate, m.Reason)
+		}
+	}
+}

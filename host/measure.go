@@ -269,10 +269,12 @@ func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Du
 	if err != nil {
 		return nil, err
 	}
-	defer bufs.free()
 	defer func() {
 		for _, r := range runs {
 			r.release(ctx)
+		}
+		if err := forgetThenFree(ctx, clientsOf(runs), bufs.weights, bufs.inputs, bufs.outputs); err != nil {
+			ms.logger.Warn("sample buffers not forgotten or freed", "request", req.Key(), "error", err)
 		}
 	}()
 	phase("allocate")

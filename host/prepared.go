@@ -301,7 +301,8 @@ func (p *prepared) release(ctx context.Context) error {
 	}
 	err := p.entry.Client.Release(ctx, id, nil)
 	if ws != nil {
-		err = errors.Join(err, ws.free())
+		// The plugin mapped the workspace if it ran remotely.
+		err = errors.Join(err, forgetThenFree(ctx, []sdk.Plugin{p.entry.Client}, ws))
 	}
 	return err
 }

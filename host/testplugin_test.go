@@ -34,6 +34,7 @@ const (
 	pluginSlow     = "slow"     // candidate "slow": the reference, 100 ms a call
 	pluginWarm     = "warm"     // candidate "warm": the reference; its CPU device, when opened, creates the file $KCAND_TEST_WARM_MARKER
 	pluginScribble = "scribble" // candidate "scribble": the reference, zeroing the scales it was handed after each call
+	pluginMapCount = "mapcount" // candidate "mapcount": the reference with a workspace, failing to prepare while its CPU device holds more than 8 of the host's allocations mapped
 )
 
 // envWarmMarker names the file pluginWarm creates when it opens its device.
@@ -74,6 +75,8 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, oddTail{refcandidate.Candidate{Name: "oddtail"}})
 	case pluginScribble:
 		sdk.Serve(opts, scribble{refcandidate.Candidate{Name: "scribble"}})
+	case pluginMapCount:
+		sdk.Serve(opts, mapCount{refcandidate.Candidate{Name: "mapcount"}})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)
@@ -171,6 +174,28 @@ func (p scribbled) Execute(ctx context.Context, io sdk.Buffers) error {
 	clear(p.scales)
 	return nil
 }
+
+// mapCount is the reference candidate with a small workspace, except that
+// it refuses to prepare while its device holds more than 8 of the host's
+// allocations mapped: a measurement's runs map at most 7 (4 weights, x, y
+// and a workspace) and a channel's page, so more are mappings a finished
+// measurement or run left behind.
+type mapCount struct{ refcandidate.Candidate }
+
+func (m mapCount) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	if d, ok := env.Device.(*cpu.Device); ok && d.Opened() > 8 {
+		return nil, fmt.Errorf("mapcount: %d of the host's allocations still mapped", d.Opened())
+	}
+	p, err := m.Candidate.Prepare(ctx, env, req, weights)
+	if err != nil {
+		return nil, err
+	}
+	return withWorkspace{p}, nil
+}
+
+type withWorkspace struct{ sdk.Prepared }
+
+func (withWorkspace) WorkspaceBytes() int64 { return 64 }
 
 // spy is the reference candidate, except that it refuses a prepare that
 // carries anything but the request's weights and an execute that carries

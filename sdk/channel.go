@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -59,15 +60,26 @@ func (r *Runtime) OpenChannel(_ context.Context, req ChannelRequest) (err error)
 		return err
 	}
 	mem := page.(device.HostMemory).Bytes()
+	forgetPage := func() error { return shm.Forget(req.Page.Owner, req.Page.Allocation) }
 	var ord *channelOrdering
 	if len(req.ReadyEvent) > 0 || len(req.DoneEvent) > 0 {
 		if ord, err = r.openOrdering(req); err != nil {
-			return err
+			return errors.Join(err, forgetPage())
 		}
 	}
 	go func() {
 		err := doorbell.Serve(mem, func(b []byte) []byte { return r.serveChannel(b, ord) }, r.stopped)
 		r.logger.Debug("doorbell channel ended", "reason", err)
+		// The host frees the page once the channel is closed: unmap it
+		// here too, or every channel's page stays mapped for the
+		// plugin's life.
+		released := forgetPage()
+		if ord != nil {
+			released = errors.Join(released, ord.ready.Destroy(), ord.done.Destroy())
+		}
+		if released != nil {
+			r.logger.Debug("doorbell channel's page or events not released", "error", released)
+		}
 	}()
 	return nil
 }

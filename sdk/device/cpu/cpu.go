@@ -208,6 +208,14 @@ func (d *Device) Forget(owner int, id uint64) error {
 	return a.unmap()
 }
 
+// Opened is how many allocations of other processes the device has mapped
+// (Open) and not yet forgotten.
+func (d *Device) Opened() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.opened)
+}
+
 // Synchronize implements device.Device: CPU work completes before the call
 // that issued it returns.
 func (d *Device) Synchronize() error { return nil }
