@@ -160,8 +160,8 @@ func (c *pluginClient) Release(ctx context.Context, id string, forget []device.H
 	_, err = c.call(ctx, "release", want, func(ctx context.Context, rpc sdk.Plugin) error {
 		return rpc.Release(ctx, id, forget)
 	})
-	if errors.Is(err, ErrStale) && len(forget) == 0 {
-		return nil // the process that held it is gone, and with it the state
+	if errors.Is(err, ErrStale) {
+		return nil // the process that held it is gone, and with it the state and its mappings
 	}
 	return err
 }

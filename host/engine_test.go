@@ -236,3 +236,32 @@ func TestRunAfterCloseIsAnError(t *testing.T) {
 	assertFieldError(t, err, "executable", exe.Plan().Candidate)
 	assert.Contains(t, err.Error(), "closed")
 }
+
+func TestEngineBuffersForgottenBeforeTheyAreFreedDoNotPileUpInThePlugin(t *testing.T) {
+	// An engine frees and allocates activation buffers between runs. The
+	// plugin keeps every buffer it was handed mapped until the host says
+	// otherwise (on a GPU the next buffer at the same memory would then
+	// fail to open there); mapcount fails once more than 8 are mapped.
+	cfg := newHostConfig(t, "qmm", pluginMapCount)
+	cfg.policy.Force = map[string]string{"affine": "mapcount"}
+	h := cfg.open(t)
+	ctx := context.Background()
+	req := affineRequest(1, 512, 96, 4, 64)
+	exe, sample := bindSample(t, h, req, 7)
+	require.True(t, exe.Remote())
+	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
+	for i := 0; i < 6; i++ {
+		io := ioBuffers(t, h, req, sample)
+		require.NoError(t, exe.Run(ctx, nil, io), "run %d", i)
+		require.NoError(t, affine.Check(readY(t, h, io), want), "run %d", i)
+		require.NoError(t, h.Forget(ctx, io[affine.X], io[affine.Y]))
+	}
+	// A failed remote run would have been re-planned to the fallback.
+	assert.Equal(t, "mapcount", exe.Plan().Candidate, "every run went through mapcount")
+	x, err := h.Device().Alloc(16)
+	require.NoError(t, err)
+	require.NoError(t, h.Device().Free(x))
+	err = h.Forget(ctx, x)
+	assert.ErrorIs(t, err, errdefs.ErrInvalidRequest, "a freed buffer has no handle")
+	assert.Contains(t, err.Error(), "buffers[0]")
+}

@@ -160,13 +160,11 @@ func (ms *measurer) samples(c family.Contract, req sdk.Request) (set sampleSet, 
 // load puts sample i's weights into the measurement's own weights: copied
 // from the kept ones, else written from the host (and, when the layer is to
 // be kept, copied from there into its kept set before any plugin sees
-// them). Once both samples are loaded, a layer to be kept is kept.
+// them). Once both samples are loaded, a layer to be kept is kept. Copies
+// complete before it returns (copyBuffers synchronises).
 func (ms *measurer) load(set *sampleSet, i int, weights *bufferSet) error {
 	if set.kept != nil {
-		if err := copyBuffers(ms.dev, weights.bufs, set.kept.dev[i].bufs); err != nil {
-			return err
-		}
-		return ms.dev.Synchronize()
+		return copyBuffers(ms.dev, weights.bufs, set.kept.dev[i].bufs)
 	}
 	if err := weights.write(set.samples[i].Weights); err != nil {
 		return err
@@ -174,13 +172,12 @@ func (ms *measurer) load(set *sampleSet, i int, weights *bufferSet) error {
 	if set.keep == nil {
 		return nil
 	}
+	// Keeping is an optimisation: a copy that fails costs the next
+	// measurement its shortcut, not this one its result.
 	if err := copyBuffers(ms.dev, set.keep.dev[i].bufs, weights.bufs); err != nil {
-		set.keep.free()
-		set.keep = nil
-		return err
-	}
-	if err := ms.dev.Synchronize(); err != nil {
-		return err
+		ms.logger.Warn("sample weights not kept: copying them failed", "error", err)
+		set.discard()
+		return nil
 	}
 	if i == len(set.samples)-1 {
 		ms.kept.add(set.keep)

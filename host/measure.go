@@ -136,7 +136,7 @@ type measurer struct {
 	// would time each other's kernels. It also guards kept.
 	busy sync.Mutex
 	// kept are the sample weights of the layers measured last, on the
-	// device.
+	// device (with their bytes on the host).
 	kept keptSamples
 }
 
@@ -159,11 +159,15 @@ type sampleBuffers struct {
 	weights, inputs, outputs *bufferSet
 }
 
+// allocateSample makes a measurement's own weights, inputs and outputs
+// (counted as device work).
 func (ms *measurer) allocateSample(c family.Contract, req sdk.Request) (*sampleBuffers, error) {
 	ms.work.Add(3)
 	return allocateSample(ms.dev, c, req)
 }
 
+// allocateSample makes req's weights, inputs and outputs on dev; on failure
+// it frees what it made.
 func allocateSample(dev device.Device, c family.Contract, req sdk.Request) (*sampleBuffers, error) {
 	var s sampleBuffers
 	var err error
@@ -270,10 +274,11 @@ func (ms *measurer) examine(ctx context.Context, req sdk.Request, budget time.Du
 		return nil, err
 	}
 	defer func() {
+		cleanup := context.WithoutCancel(ctx) // a spent budget must leave no state or mapping behind
 		for _, r := range runs {
-			r.release(ctx)
+			r.release(cleanup)
 		}
-		if err := forgetThenFree(ctx, clientsOf(runs), bufs.weights, bufs.inputs, bufs.outputs); err != nil {
+		if err := forgetThenFree(cleanup, pluginsOf(runs), bufs.weights, bufs.inputs, bufs.outputs); err != nil {
 			ms.logger.Warn("sample buffers not forgotten or freed", "request", req.Key(), "error", err)
 		}
 	}()

@@ -100,12 +100,16 @@ func (p *prepared) reprepare(ctx context.Context) error {
 		}
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	var old *bufferSet
+	defer func() {
+		p.mu.Unlock()
+		if old != nil { // a process may have mapped it: an earlier one, or this one before it lost the state
+			_ = forgetThenFree(ctx, []*Plugin{p.entry.Plugin}, old)
+		}
+	}()
 	p.id, p.launch = info.ID, info.Launch
 	if info.WorkspaceBytes > 0 && (p.workspace == nil || p.workspace.bufs[sdk.BufferWorkspace].Size() < info.WorkspaceBytes) {
-		if p.workspace != nil {
-			p.workspace.free()
-		}
+		old, p.workspace = p.workspace, nil
 		ws, err := allocate(p.env.dev, map[string]int64{sdk.BufferWorkspace: info.WorkspaceBytes})
 		if err != nil {
 			return err
@@ -299,10 +303,19 @@ func (p *prepared) release(ctx context.Context) error {
 	if ch != nil {
 		ch.close()
 	}
-	err := p.entry.Client.Release(ctx, id, nil)
+	// The process that holds the prepared state is the one that mapped the
+	// workspace (if it ran remotely): it forgets both in one call.
+	var forget []device.Handle
 	if ws != nil {
-		// The plugin mapped the workspace if it ran remotely.
-		err = errors.Join(err, forgetThenFree(ctx, []sdk.Plugin{p.entry.Client}, ws))
+		if hs, herr := ws.handles(); herr == nil {
+			for _, h := range hs {
+				forget = append(forget, h)
+			}
+		}
+	}
+	err := p.entry.Client.Release(ctx, id, forget)
+	if ws != nil {
+		err = errors.Join(err, ws.free())
 	}
 	return err
 }

@@ -34,7 +34,7 @@ const (
 	pluginSlow     = "slow"     // candidate "slow": the reference, 100 ms a call
 	pluginWarm     = "warm"     // candidate "warm": the reference; its CPU device, when opened, creates the file $KCAND_TEST_WARM_MARKER
 	pluginScribble = "scribble" // candidate "scribble": the reference, zeroing the scales it was handed after each call
-	pluginMapCount = "mapcount" // candidate "mapcount": the reference with a workspace, failing to prepare while its CPU device holds more than 8 of the host's allocations mapped
+	pluginMapCount = "mapcount" // candidate "mapcount": the reference with a workspace, failing to prepare or execute while its CPU device holds more than 9 of the host's allocations mapped
 )
 
 // envWarmMarker names the file pluginWarm creates when it opens its device.
@@ -176,26 +176,45 @@ func (p scribbled) Execute(ctx context.Context, io sdk.Buffers) error {
 }
 
 // mapCount is the reference candidate with a small workspace, except that
-// it refuses to prepare while its device holds more than 8 of the host's
-// allocations mapped: a measurement's runs map at most 7 (4 weights, x, y
-// and a workspace) and a channel's page, so more are mappings a finished
-// measurement or run left behind.
+// it fails to prepare or execute while its device holds more than 9 of the
+// host's allocations mapped. A run holds at most 8 at a time (3 or 4
+// weights, x, y, its workspace and its channel's page), and the page of
+// the run before it another until the plugin has noticed that its channel
+// ended; more are what a finished measurement, run or engine call left
+// behind.
 type mapCount struct{ refcandidate.Candidate }
 
 func (m mapCount) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
-	if d, ok := env.Device.(*cpu.Device); ok && d.Opened() > 8 {
-		return nil, fmt.Errorf("mapcount: %d of the host's allocations still mapped", d.Opened())
+	if err := mappedAtMost9(env.Device); err != nil {
+		return nil, err
 	}
 	p, err := m.Candidate.Prepare(ctx, env, req, weights)
 	if err != nil {
 		return nil, err
 	}
-	return withWorkspace{p}, nil
+	return counted{p, env.Device}, nil
 }
 
-type withWorkspace struct{ sdk.Prepared }
+func mappedAtMost9(d device.Device) error {
+	if c, ok := d.(*cpu.Device); ok && c.Opened() > 9 {
+		return fmt.Errorf("mapcount: %d of the host's allocations still mapped", c.Opened())
+	}
+	return nil
+}
 
-func (withWorkspace) WorkspaceBytes() int64 { return 64 }
+type counted struct {
+	sdk.Prepared
+	dev device.Device
+}
+
+func (counted) WorkspaceBytes() int64 { return 64 }
+
+func (c counted) Execute(ctx context.Context, io sdk.Buffers) error {
+	if err := mappedAtMost9(c.dev); err != nil {
+		return err
+	}
+	return c.Prepared.Execute(ctx, io)
+}
 
 // spy is the reference candidate, except that it refuses a prepare that
 // carries anything but the request's weights and an execute that carries

@@ -67,7 +67,18 @@ func (r *Runtime) OpenChannel(_ context.Context, req ChannelRequest) (err error)
 			return errors.Join(err, forgetPage())
 		}
 	}
+	r.mu.Lock() // Close sets closing under mu: no channel starts after it began to wait for them
+	if r.closing.Load() {
+		r.mu.Unlock()
+		if ord != nil {
+			_ = errors.Join(ord.ready.Destroy(), ord.done.Destroy())
+		}
+		return errors.Join(fmt.Errorf("%w: the plugin is closing", ErrUnavailable), forgetPage())
+	}
+	r.channels.Add(1)
+	r.mu.Unlock()
 	go func() {
+		defer r.channels.Done()
 		err := doorbell.Serve(mem, func(b []byte) []byte { return r.serveChannel(b, ord) }, r.stopped)
 		r.logger.Debug("doorbell channel ended", "reason", err)
 		// The host frees the page once the channel is closed: unmap it

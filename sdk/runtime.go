@@ -42,8 +42,11 @@ type Runtime struct {
 	// nonce makes prepared ids unique across processes: an id from a
 	// process that died never names state in its successor.
 	nonce string
-	// closing ends the doorbell channels.
-	closing atomic.Bool
+	// closing ends the doorbell channels; channels counts those still
+	// serving, which Close waits for before it closes the devices their
+	// pages are mapped on.
+	closing  atomic.Bool
+	channels sync.WaitGroup
 	// onContextLost runs when a CUDA call fails with a sticky error (see
 	// ExitOnContextLoss).
 	onContextLost func(error)
@@ -361,9 +364,27 @@ func (r *Runtime) Release(_ context.Context, id string, forget []device.Handle) 
 	return r.devices.forget(forget)
 }
 
-// Close releases every prepared candidate and closes the devices.
+// channelDrain bounds how long Close waits for the doorbell channels to end.
+const channelDrain = time.Second
+
+// Close ends the doorbell channels, releases every prepared candidate and
+// closes the devices.
 func (r *Runtime) Close() error {
+	r.mu.Lock()
 	r.closing.Store(true)
+	r.mu.Unlock()
+	// A channel notices within a few milliseconds; one busy with a call
+	// ends after it, and Close waits at most channelDrain for that.
+	drained := make(chan struct{})
+	go func() {
+		r.channels.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(channelDrain):
+		r.logger.Warn("doorbell channels still serving at close", "waited", channelDrain)
+	}
 	r.mu.Lock()
 	entries := r.prepared
 	r.prepared = map[string]*preparedEntry{}
