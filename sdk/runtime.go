@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -346,22 +347,23 @@ func (r *Runtime) Benchmark(ctx context.Context, req BenchmarkRequest) (res Benc
 	return res, nil
 }
 
-// Release implements Plugin.
+// Release implements Plugin. The mappings in forget are dropped even when
+// id is unknown or its release fails: the host frees those buffers next.
 func (r *Runtime) Release(_ context.Context, id string, forget []device.Handle) (err error) {
 	defer r.recoverInto("release", &err)
+	var released error
 	if id != "" {
 		r.mu.Lock()
 		e, ok := r.prepared[id]
 		delete(r.prepared, id)
 		r.mu.Unlock()
-		if !ok {
-			return fmt.Errorf("%w: prepared id %q", errdefs.ErrNotFound, id)
-		}
-		if err := e.prepared.Release(); err != nil {
-			return err
+		if ok {
+			released = e.prepared.Release()
+		} else {
+			released = fmt.Errorf("%w: prepared id %q", errdefs.ErrNotFound, id)
 		}
 	}
-	return r.devices.forget(forget)
+	return errors.Join(released, r.devices.forget(forget))
 }
 
 // channelDrain bounds how long Close waits for the doorbell channels to end.
