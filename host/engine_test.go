@@ -265,3 +265,19 @@ func TestEngineBuffersForgottenBeforeTheyAreFreedDoNotPileUpInThePlugin(t *testi
 	assert.ErrorIs(t, err, errdefs.ErrInvalidRequest, "a freed buffer has no handle")
 	assert.Contains(t, err.Error(), "buffers[0]")
 }
+
+func TestAPluginThatDoesNotAnswerAForgetIsRestartedNotWaitedFor(t *testing.T) {
+	saved := forgetTimeout
+	forgetTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { forgetTimeout = saved })
+	h := newHostConfig(t, "qmm", pluginHang).open(t)
+	p, ok := h.Manager().Lookup(pluginHang)
+	require.True(t, ok)
+	b, err := h.Device().Alloc(64)
+	require.NoError(t, err)
+	defer h.Device().Free(b)
+	start := time.Now()
+	require.NoError(t, h.Forget(context.Background(), b), "a killed process holds no mapping")
+	assert.Less(t, time.Since(start), 5*time.Second, "bounded by the forget's timeout, not the call deadline")
+	waitFor(t, 10*time.Second, "restart", func() bool { return p.Health().Restarts == 1 && p.Health().Running })
+}

@@ -54,8 +54,11 @@ func Example() {
 	dev := h.Device()
 	x, _ := dev.Alloc(int64(req.Tokens * req.InFeatures * 2))
 	y, _ := dev.Alloc(int64(req.Tokens * req.OutFeatures * 2))
-	defer dev.Free(x)
-	defer dev.Free(y)
+	defer func() {
+		h.Forget(ctx, x, y) // a plugin that ran on them drops its mappings first
+		dev.Free(x)
+		dev.Free(y)
+	}()
 	dev.Write(x, 0, sample.Inputs[affine.X])
 	if err := exe.Run(ctx, nil, map[string]device.Buffer{affine.X: x, affine.Y: y}); err != nil {
 		fmt.Println(err)

@@ -16,27 +16,37 @@ import (
 // (cuIpcOpenMemHandle: CUDA_ERROR_ALREADY_MAPPED). So the host has the
 // plugins forget what it handed them before it frees it.
 
-// forgetTimeout bounds one plugin's answer to a forget.
-const forgetTimeout = 5 * time.Second
+// forgetTimeout bounds one plugin's answer to a forget (a variable for
+// tests).
+var forgetTimeout = 5 * time.Second
 
 // forget tells the plugin's live process to drop its mappings of handles,
-// once and within forgetTimeout, whatever ctx's deadline: a process that
-// has exited took its mappings with it and one started since never had
-// them, so nothing waits for a restart or retries.
+// once and within forgetTimeout, whatever ctx's deadline. A process that
+// is not running (exited, restarting, stopped) took its mappings with it,
+// and one started since never had them: nothing waits for a restart. A
+// process that does not answer in time is killed, so that no mapping
+// outlives the free that follows.
 func (p *Plugin) forget(ctx context.Context, handles []device.Handle) error {
 	if len(handles) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
-	defer cancel()
-	c := &pluginClient{p: p}
-	_, err := c.callOnce(ctx, "forget", anyGeneration, func(ctx context.Context, rpc sdk.Plugin) error {
-		return rpc.Release(ctx, "", handles)
-	})
-	if errors.Is(err, sdk.ErrUnavailable) {
+	p.mu.Lock()
+	state, rpc, gen, client := p.state, p.rpc, p.generation, p.client
+	p.mu.Unlock()
+	if state != stateRunning || client == nil || client.Exited() {
 		return nil
 	}
-	return err
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+	defer cancel()
+	err := rpc.Release(ctx, "", handles)
+	switch {
+	case err == nil, errors.Is(err, sdk.ErrUnavailable) && ctx.Err() == nil:
+		return nil // answered, or the process died under the call
+	case ctx.Err() != nil:
+		p.killGeneration(gen, fmt.Sprintf("forget did not answer within %s", forgetTimeout))
+		return nil
+	}
+	return fmt.Errorf("plugin %s: forget: %w", p.bin.name, err)
 }
 
 // forgetThenFree has each plugin forget the sets' buffers, then frees them.
@@ -49,7 +59,7 @@ func forgetThenFree(ctx context.Context, plugins []*Plugin, sets ...*bufferSet) 
 		}
 		for name, b := range s.bufs {
 			h, err := b.Handle()
-			if err != nil { // not exported, so never handed out
+			if err != nil { // the buffer could not have been handed out either; still freed below
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 				continue
 			}
@@ -81,21 +91,26 @@ func pluginsOf(runs []*run) []*Plugin {
 }
 
 // Forget tells every plugin to drop its mappings of buffers. Call it
-// before freeing a buffer that was passed to Executable.Run on the remote
-// path (Executable.Remote), once no run uses it any more: the plugin keeps
-// what it was handed mapped for its life, and a later buffer at the same
-// memory would fail to open there. Buffers the host allocated itself
-// (Weights, workspaces, measurement samples) are forgotten by the host.
+// before freeing a buffer that was ever passed to Executable.Run, once no
+// run uses it any more: a run on the remote path (which a re-plan can
+// switch to) has the plugin map its buffers and keep them mapped, and a
+// later buffer at the same memory would fail to open there. Buffers the
+// host allocated itself (Weights, workspaces, measurement samples) it
+// forgets itself. Forget ignores ctx's cancellation: each plugin gets one
+// call of at most 5 s, and one that does not answer is killed (and
+// restarted), so that no mapping outlives the free. A buffer without a
+// handle is reported; the others are still forgotten.
 func (h *Host) Forget(ctx context.Context, buffers ...device.Buffer) error {
 	var forget []device.Handle
+	var errs []error
 	for i, b := range buffers {
 		hd, err := b.Handle()
 		if err != nil {
-			return fmt.Errorf("buffers[%d]: %w", i, err)
+			errs = append(errs, fmt.Errorf("buffers[%d]: %w", i, err))
+			continue
 		}
 		forget = append(forget, hd)
 	}
-	var errs []error
 	for _, p := range h.manager.Plugins() {
 		errs = append(errs, p.forget(ctx, forget))
 	}

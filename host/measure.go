@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -657,7 +656,7 @@ func (r *run) release(ctx context.Context) {
 		r.exp = nil
 	}
 	if r.prep != nil {
-		if err := r.prep.release(ctx); err != nil && !errors.Is(err, ErrStale) {
+		if err := r.prep.release(ctx); err != nil { // a stale id is no error: its process took the state with it
 			r.prep.entry.Plugin.logger.Debug("release failed", "error", err)
 		}
 		r.prep = nil

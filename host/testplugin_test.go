@@ -22,19 +22,20 @@ import (
 // Test plugins are the test binary started under another name; the name
 // says how it misbehaves.
 const (
-	pluginProto2   = "proto2"   // speaks the protocol version after the SDK's
-	pluginWrong    = "wrong"    // candidate "wrong" gets one element wrong
-	pluginOracle   = "oracle"   // candidate "oracle": the float64 reference, correct
-	pluginBadPlan  = "badplan"  // candidate "badplan" exports a launch plan naming an unknown buffer
-	pluginGPUFault = "gpufault" // CUDA candidate "gpufault" whose kernel writes to an illegal address
-	pluginSpy      = "spy"      // candidate "spy" fails when handed a buffer its call does not need
-	pluginLostCtx  = "lostctx"  // candidate "lostctx" fails every execution with a sticky CUDA error (on the CPU)
-	pluginEven     = "even"     // candidate "even": the reference, refusing odd token counts
-	pluginOddTail  = "oddtail"  // candidate "oddtail": the reference, one element wrong at odd token counts
-	pluginSlow     = "slow"     // candidate "slow": the reference, 100 ms a call
-	pluginWarm     = "warm"     // candidate "warm": the reference; its CPU device, when opened, creates the file $KCAND_TEST_WARM_MARKER
-	pluginScribble = "scribble" // candidate "scribble": the reference, zeroing the scales it was handed after each call
-	pluginMapCount = "mapcount" // candidate "mapcount": the reference with a workspace, failing to prepare or execute while its CPU device holds more than 9 of the host's allocations mapped
+	pluginProto2   = "proto2"     // speaks the protocol version after the SDK's
+	pluginWrong    = "wrong"      // candidate "wrong" gets one element wrong
+	pluginOracle   = "oracle"     // candidate "oracle": the float64 reference, correct
+	pluginBadPlan  = "badplan"    // candidate "badplan" exports a launch plan naming an unknown buffer
+	pluginGPUFault = "gpufault"   // CUDA candidate "gpufault" whose kernel writes to an illegal address
+	pluginSpy      = "spy"        // candidate "spy" fails when handed a buffer its call does not need
+	pluginLostCtx  = "lostctx"    // candidate "lostctx" fails every execution with a sticky CUDA error (on the CPU)
+	pluginEven     = "even"       // candidate "even": the reference, refusing odd token counts
+	pluginOddTail  = "oddtail"    // candidate "oddtail": the reference, one element wrong at odd token counts
+	pluginSlow     = "slow"       // candidate "slow": the reference, 100 ms a call
+	pluginWarm     = "warm"       // candidate "warm": the reference; its CPU device, when opened, creates the file $KCAND_TEST_WARM_MARKER
+	pluginScribble = "scribble"   // candidate "scribble": the reference, zeroing the scales it was handed after each call
+	pluginHang     = "hangforget" // candidate "hangforget": the reference, in a plugin that never answers a forget
+	pluginMapCount = "mapcount"   // candidate "mapcount": the reference with a workspace, failing to prepare or execute while its CPU device holds more than 9 of the host's allocations mapped
 )
 
 // envWarmMarker names the file pluginWarm creates when it opens its device.
@@ -75,6 +76,13 @@ func serveTestPlugin(name string) {
 		sdk.Serve(opts, oddTail{refcandidate.Candidate{Name: "oddtail"}})
 	case pluginScribble:
 		sdk.Serve(opts, scribble{refcandidate.Candidate{Name: "scribble"}})
+	case pluginHang:
+		logger := sdk.PluginLogger(name)
+		rt, err := sdk.NewRuntime(name, "test", logger, refcandidate.Candidate{Name: "hangforget"})
+		if err != nil {
+			os.Exit(3)
+		}
+		sdk.ServePlugin(opts, logger, hangForget{rt})
 	case pluginMapCount:
 		sdk.Serve(opts, mapCount{refcandidate.Candidate{Name: "mapcount"}})
 	default:
@@ -143,6 +151,17 @@ func (o oddTail) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weig
 	c := o.Candidate
 	c.Corrupt = req.Tokens%2 == 1
 	return c.Prepare(ctx, env, req, weights)
+}
+
+// hangForget is a plugin whose Release never returns when it is asked to
+// forget mappings.
+type hangForget struct{ *sdk.Runtime }
+
+func (h hangForget) Release(ctx context.Context, id string, forget []device.Handle) error {
+	if len(forget) > 0 {
+		select {} // hangs until the host kills the process
+	}
+	return h.Runtime.Release(ctx, id, forget)
 }
 
 // scribble is the reference candidate, except that after each call it

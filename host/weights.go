@@ -100,9 +100,7 @@ func (w *Weights) Close() error {
 	}
 	var errs []error
 	for _, p := range w.h.manager.Plugins() {
-		if err := p.Client().Release(context.Background(), "", forget); err != nil && !errors.Is(err, sdk.ErrUnavailable) {
-			errs = append(errs, err)
-		}
+		errs = append(errs, p.forget(context.Background(), forget))
 	}
 	if w.owned {
 		errs = append(errs, (&bufferSet{dev: w.h.dev, bufs: w.bufs}).free())

@@ -71,7 +71,8 @@ func (r *Runtime) OpenChannel(_ context.Context, req ChannelRequest) (err error)
 	if r.closing.Load() {
 		r.mu.Unlock()
 		if ord != nil {
-			_ = errors.Join(ord.ready.Destroy(), ord.done.Destroy())
+			ord.ready.Destroy()
+			ord.done.Destroy()
 		}
 		return errors.Join(fmt.Errorf("%w: the plugin is closing", ErrUnavailable), forgetPage())
 	}
