@@ -23,6 +23,9 @@ type Device struct {
 	owned  map[uint64]*allocation
 	opened map[mappingKey]*allocation
 	closed bool
+
+	// stage carries large writes through pinned memory (staged_write.go).
+	stage stager
 }
 
 // mappingKey names another process's allocation.
@@ -183,7 +186,11 @@ func (d *Device) Write(dst device.Buffer, offset int64, src []byte) error {
 	if err := device.CheckRange("offset", b.size, offset, int64(len(src))); err != nil {
 		return err
 	}
-	return d.stream.CopyToDevice(DevicePtr(b.DevicePointer())+DevicePtr(offset), src)
+	to := DevicePtr(b.DevicePointer()) + DevicePtr(offset)
+	if len(src) >= stagedWriteMin {
+		return d.writeStaged(to, src)
+	}
+	return d.stream.CopyToDevice(to, src)
 }
 
 // Read implements device.Device, ordered after earlier work on the stream.
@@ -236,7 +243,7 @@ func (d *Device) Close() error {
 	d.owned, d.opened = nil, nil
 	d.mu.Unlock()
 
-	errs := []error{d.stream.Synchronize()}
+	errs := []error{d.stream.Synchronize(), d.stage.free()}
 	for _, a := range owned {
 		a.gone.Store(true)
 		errs = append(errs, d.ctx.MemFree(a.base))
