@@ -177,7 +177,8 @@ func (d *Device) Free(b device.Buffer) error {
 }
 
 // Write implements device.Device: the copy is ordered after earlier work on
-// the device's stream and complete when Write returns.
+// the device's stream and complete when Write returns. From stagedWriteMin
+// bytes it goes through pinned memory (staged_write.go).
 func (d *Device) Write(dst device.Buffer, offset int64, src []byte) error {
 	b, err := d.liveBuffer("dst", dst)
 	if err != nil {
