@@ -51,7 +51,21 @@ func (p *Plugin) forget(ctx context.Context, handles []device.Handle) error {
 
 // forgetThenFree has each plugin forget the sets' buffers, then frees them.
 func forgetThenFree(ctx context.Context, plugins []*Plugin, sets ...*bufferSet) error {
-	var forget []device.Handle
+	forget, err := handleList(sets...)
+	errs := []error{err, forgetIn(ctx, plugins, forget)}
+	for _, s := range sets {
+		if s != nil {
+			errs = append(errs, s.free())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// handleList lists the handles of the sets' buffers. A buffer without one
+// could not have been handed out either; it is reported, and the rest are
+// listed.
+func handleList(sets ...*bufferSet) ([]device.Handle, error) {
+	var out []device.Handle
 	var errs []error
 	for _, s := range sets {
 		if s == nil {
@@ -59,20 +73,21 @@ func forgetThenFree(ctx context.Context, plugins []*Plugin, sets ...*bufferSet) 
 		}
 		for name, b := range s.bufs {
 			h, err := b.Handle()
-			if err != nil { // the buffer could not have been handed out either; still freed below
+			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 				continue
 			}
-			forget = append(forget, h)
+			out = append(out, h)
 		}
 	}
+	return out, errors.Join(errs...)
+}
+
+// forgetIn has each of plugins forget handles.
+func forgetIn(ctx context.Context, plugins []*Plugin, handles []device.Handle) error {
+	var errs []error
 	for _, p := range plugins {
-		errs = append(errs, p.forget(ctx, forget))
-	}
-	for _, s := range sets {
-		if s != nil {
-			errs = append(errs, s.free())
-		}
+		errs = append(errs, p.forget(ctx, handles))
 	}
 	return errors.Join(errs...)
 }
@@ -111,8 +126,5 @@ func (h *Host) Forget(ctx context.Context, buffers ...device.Buffer) error {
 		}
 		forget = append(forget, hd)
 	}
-	for _, p := range h.manager.Plugins() {
-		errs = append(errs, p.forget(ctx, forget))
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, forgetIn(ctx, h.manager.Plugins(), forget))...)
 }

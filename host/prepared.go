@@ -305,14 +305,7 @@ func (p *prepared) release(ctx context.Context) error {
 	}
 	// The process that holds the prepared state is the one that mapped the
 	// workspace (if it ran remotely): it forgets both in one call.
-	var forget []device.Handle
-	if ws != nil {
-		if hs, herr := ws.handles(); herr == nil {
-			for _, h := range hs {
-				forget = append(forget, h)
-			}
-		}
-	}
+	forget, _ := handleList(ws) // a workspace without a handle was never handed out
 	err := p.entry.Client.Release(ctx, id, forget)
 	if ws != nil {
 		err = errors.Join(err, ws.free())

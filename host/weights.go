@@ -98,10 +98,7 @@ func (w *Weights) Close() error {
 	for _, hd := range w.handles {
 		forget = append(forget, hd)
 	}
-	var errs []error
-	for _, p := range w.h.manager.Plugins() {
-		errs = append(errs, p.forget(context.Background(), forget))
-	}
+	errs := []error{forgetIn(context.Background(), w.h.manager.Plugins(), forget)}
 	if w.owned {
 		errs = append(errs, (&bufferSet{dev: w.h.dev, bufs: w.bufs}).free())
 	}
