@@ -102,39 +102,48 @@ func (ks *keptSamples) bytes() int64 {
 // or the host.
 type sampleSet struct {
 	samples [2]sdk.Sample
-	kept    *keptWeights
+	// random, when not nil, is closed once samples[1] is made: a new
+	// layer's random sample is made while its pattern sample is copied
+	// and checked (for a layer of 132 MB each sample is tens of
+	// milliseconds of host work, as long as that device work).
+	random chan struct{}
+	kept   *keptWeights
 	// keep, when set, is the layer's new keptWeights, to be filled from
 	// the measurement's weights as each sample is loaded (load).
 	keep *keptWeights
 }
 
+// pending says whether sample i is still being made.
+func (set *sampleSet) pending(i int) bool { return i == 1 && set.random != nil }
+
+// sample returns sample i, waiting for it to be made.
+func (set *sampleSet) sample(i int) sdk.Sample {
+	if i == 1 && set.random != nil {
+		<-set.random
+		set.random = nil
+	}
+	return set.samples[i]
+}
+
 // samples makes req's two samples, pattern then random: only the inputs
 // when the layer's weights are kept, else whole, making room to keep them
-// when the layer fits the limit. The caller holds ms.busy.
-func (ms *measurer) samples(c family.Contract, req sdk.Request) (set sampleSet, err error) {
+// when the layer fits the limit. A new layer's random sample is still
+// being made when it returns (sampleSet.sample waits for it). The caller
+// holds ms.busy.
+func (ms *measurer) samples(c family.Contract, req sdk.Request) (set *sampleSet, err error) {
+	set = &sampleSet{}
 	shape := weightShape(req, ms.opts.Seed)
-	set.kept = ms.kept.get(shape)
-	// The two samples are independent: build them side by side (for a
-	// layer of 10^8 weights each is tens of milliseconds of host work, and
-	// the inputs of a few thousand tokens a few milliseconds).
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if set.kept != nil {
-			set.samples[1] = sdk.Sample{Weights: set.kept.host[1], Inputs: c.RandomInputs(req, ms.opts.Seed)}
-		} else {
-			set.samples[1] = c.RandomSample(req, ms.opts.Seed)
-		}
-	}()
-	if set.kept != nil {
+	if set.kept = ms.kept.get(shape); set.kept != nil {
 		set.samples[0] = sdk.Sample{Weights: set.kept.host[0], Inputs: c.PatternInputs(req)}
-	} else {
-		set.samples[0] = c.PatternSample(req)
-	}
-	<-done
-	if set.kept != nil {
+		set.samples[1] = sdk.Sample{Weights: set.kept.host[1], Inputs: c.RandomInputs(req, ms.opts.Seed)}
 		return set, nil
 	}
+	set.samples[0] = c.PatternSample(req)
+	set.random = make(chan struct{})
+	go func(random *sdk.Sample, made chan<- struct{}) {
+		defer close(made)
+		*random = c.RandomSample(req, ms.opts.Seed)
+	}(&set.samples[1], set.random)
 	sizes := c.WeightSizes(req)
 	var size int64
 	for _, n := range sizes {
@@ -144,7 +153,7 @@ func (ms *measurer) samples(c family.Contract, req sdk.Request) (set sampleSet, 
 		return set, nil
 	}
 	ms.kept.trim(ms.kept.limit - 2*size)
-	k := &keptWeights{shape: shape, host: [2]map[string][]byte{set.samples[0].Weights, set.samples[1].Weights}, bytes: 2 * size}
+	k := &keptWeights{shape: shape, bytes: 2 * size} // its host copies are set as each sample is loaded
 	for i := range k.dev {
 		ms.work.Add(1)
 		if k.dev[i], err = allocate(ms.dev, sizes); err != nil {
@@ -166,12 +175,13 @@ func (ms *measurer) load(set *sampleSet, i int, weights *bufferSet) error {
 	if set.kept != nil {
 		return copyBuffers(ms.dev, weights.bufs, set.kept.dev[i].bufs)
 	}
-	if err := weights.write(set.samples[i].Weights); err != nil {
+	if err := weights.write(set.sample(i).Weights); err != nil {
 		return err
 	}
 	if set.keep == nil {
 		return nil
 	}
+	set.keep.host[i] = set.samples[i].Weights
 	// Keeping is an optimisation: a copy that fails costs the next
 	// measurement its shortcut, not this one its result.
 	if err := copyBuffers(ms.dev, set.keep.dev[i].bufs, weights.bufs); err != nil {

@@ -350,9 +350,14 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 	} else {
 		phase("samples")
 	}
-	for i, sample := range set.samples {
+	for i := range set.samples {
 		name := sampleNames[i]
-		if err := ms.load(&set, i, bufs.weights); err != nil {
+		if set.pending(i) {
+			set.sample(i)
+			phase("wait for the " + name + " sample")
+		}
+		sample := set.sample(i)
+		if err := ms.load(set, i, bufs.weights); err != nil {
 			return err
 		}
 		if err := bufs.inputs.write(sample.Inputs); err != nil {

@@ -287,3 +287,33 @@ func TestSampleWeightsDoNotDependOnTheTokenCount(t *testing.T) {
 	assert.Equal(t, p7.Inputs, PatternInputs(many), "PatternInputs is PatternSample's inputs")
 	assert.Len(t, p7.Inputs[X], 2*7*256)
 }
+
+func TestRandomSampleIsUniformOverTheLevelsAndTheScalesInRange(t *testing.T) {
+	req := request(1, 1024, 256, 4, 64)
+	s := RandomSample(req, 5)
+	counts := make([]int, 16)
+	n := req.InFeatures * req.OutFeatures
+	for i := 0; i < n; i++ {
+		counts[Unpack(s.Weights[Weight], i, 4)]++
+	}
+	for q, c := range counts {
+		assert.InDelta(t, n/16, c, float64(n/16)/10, "level %d drawn %d times of %d", q, c, n)
+	}
+	groups := req.OutFeatures * req.InFeatures / req.Weight.GroupSize
+	for i := 0; i < groups; i++ {
+		scale, bias := bf16.Get(s.Weights[Scales], i), bf16.Get(s.Weights[Biases], i)
+		require.True(t, scale >= 1.0/16 && scale <= 3.0/16, "scale %d = %v", i, scale)
+		require.True(t, bias >= -1 && bias <= -0.5, "bias %d = %v", i, bias)
+	}
+}
+
+func TestFillRandomFillsEveryByteOfAnOddLength(t *testing.T) {
+	b := make([]byte, 1<<22+7) // a whole chunk, and one shorter than a word
+	fillRandom(b, 9)
+	assert.NotEqual(t, make([]byte, 7), b[len(b)-7:], "the short chunk is filled")
+	again := make([]byte, len(b))
+	fillRandom(again, 9)
+	assert.Equal(t, b, again, "the seed alone decides the bytes")
+	fillRandom(again, 10)
+	assert.NotEqual(t, b[:64], again[:64])
+}
