@@ -266,6 +266,30 @@ func TestEngineBuffersForgottenBeforeTheyAreFreedDoNotPileUpInThePlugin(t *testi
 	assert.Contains(t, err.Error(), "buffers[0]")
 }
 
+func TestAWorkspaceReplacedOnPreparingAgainIsForgottenInThePlugin(t *testing.T) {
+	// growws loses its prepared state after each execution and asks for a
+	// larger workspace at each prepare, so every run after the first
+	// prepares it again in the same process and replaces a workspace that
+	// process has mapped. It fails once more than 9 allocations are
+	// mapped: replaced workspaces left mapped would reach that in a few
+	// runs.
+	cfg := newHostConfig(t, "qmm", pluginGrowWS)
+	cfg.policy.Force = map[string]string{"affine": "growws"}
+	h := cfg.open(t)
+	ctx := context.Background()
+	req := affineRequest(1, 512, 96, 4, 64)
+	exe, sample := bindSample(t, h, req, 8)
+	require.True(t, exe.Remote())
+	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
+	io := ioBuffers(t, h, req, sample)
+	for i := 0; i < 8; i++ {
+		require.NoError(t, h.Device().Fill(io[affine.Y], 0xff))
+		require.NoError(t, exe.Run(ctx, nil, io), "run %d", i)
+		require.NoError(t, affine.Check(readY(t, h, io), want), "run %d", i)
+	}
+	assert.Equal(t, "growws", exe.Plan().Candidate, "every run went through growws")
+}
+
 func TestAPluginThatDoesNotAnswerAForgetIsRestartedNotWaitedFor(t *testing.T) {
 	saved := forgetTimeout
 	forgetTimeout = 200 * time.Millisecond

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/kcand/kcand/sdk/cpukernel"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/device/cpu"
+	"github.com/kcand/kcand/sdk/errdefs"
 	"github.com/kcand/kcand/sdk/family/affine"
 )
 
@@ -36,6 +38,7 @@ const (
 	pluginScribble = "scribble"   // candidate "scribble": the reference, zeroing the scales it was handed after each call
 	pluginHang     = "hangforget" // candidate "hangforget": the reference, in a plugin that never answers a forget
 	pluginMapCount = "mapcount"   // candidate "mapcount": the reference with a workspace, failing to prepare or execute while its CPU device holds more than 9 of the host's allocations mapped
+	pluginGrowWS   = "growws"     // candidate "growws": mapcount, with a workspace that grows at every prepare and a prepared state lost after each execution
 )
 
 // envWarmMarker names the file pluginWarm creates when it opens its device.
@@ -85,6 +88,8 @@ func serveTestPlugin(name string) {
 		sdk.ServePlugin(opts, logger, hangForget{rt})
 	case pluginMapCount:
 		sdk.Serve(opts, mapCount{refcandidate.Candidate{Name: "mapcount"}})
+	case pluginGrowWS:
+		sdk.Serve(opts, growWS{Candidate: refcandidate.Candidate{Name: "growws"}, prepares: new(atomic.Int64)})
 	default:
 		os.Stderr.WriteString("unknown test plugin " + name + "\n")
 		os.Exit(3)
@@ -233,6 +238,43 @@ func (c counted) Execute(ctx context.Context, io sdk.Buffers) error {
 		return err
 	}
 	return c.Prepared.Execute(ctx, io)
+}
+
+// growWS is mapCount whose every prepare asks for a larger workspace
+// than the last, and whose prepared state is gone after one execution
+// (the next fails with not found, as after a restart), so the host
+// prepares it again in the same process and replaces the workspace that
+// process has mapped.
+type growWS struct {
+	refcandidate.Candidate
+	prepares *atomic.Int64
+}
+
+func (g growWS) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
+	if err := mappedAtMost9(env.Device); err != nil {
+		return nil, err
+	}
+	p, err := g.Candidate.Prepare(ctx, env, req, weights)
+	if err != nil {
+		return nil, err
+	}
+	return &onceOnly{counted: counted{p, env.Device}, workspace: 64 * g.prepares.Add(1)}, nil
+}
+
+// onceOnly is a prepared growWS candidate.
+type onceOnly struct {
+	counted
+	workspace int64
+	ran       atomic.Bool
+}
+
+func (o *onceOnly) WorkspaceBytes() int64 { return o.workspace }
+
+func (o *onceOnly) Execute(ctx context.Context, io sdk.Buffers) error {
+	if o.ran.Swap(true) {
+		return fmt.Errorf("growws: prepared state gone: %w", errdefs.ErrNotFound)
+	}
+	return o.counted.Execute(ctx, io)
 }
 
 // spy is the reference candidate, except that it refuses a prepare that
