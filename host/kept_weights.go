@@ -102,34 +102,49 @@ func (ks *keptSamples) bytes() int64 {
 // or the host.
 type sampleSet struct {
 	samples [2]sdk.Sample
-	// random, when not nil, is closed once samples[1] is made: a new
-	// layer's random sample is made while its pattern sample is copied
-	// and checked (for a layer of 132 MB each sample is tens of
-	// milliseconds of host work, as long as that device work).
-	random chan struct{}
+	// makeRandom, when set, makes samples[1]: a new layer's random
+	// sample is made once its pattern sample is on the device, while that
+	// is checked (for a layer of 132 MB each sample is 12–20 ms of host
+	// work on 16 cores, about as long as the check; made beside the
+	// pattern's copy, it slowed the copy by a third). random is closed
+	// once it is made.
+	makeRandom func() sdk.Sample
+	random     chan struct{}
 	kept   *keptWeights
 	// keep, when set, is the layer's new keptWeights, to be filled from
 	// the measurement's weights as each sample is loaded (load).
 	keep *keptWeights
 }
 
-// pending says whether sample i is still being made.
-func (set *sampleSet) pending(i int) bool { return i == 1 && set.random != nil }
+// startRandom starts making the random sample, if it is to be made.
+func (set *sampleSet) startRandom() {
+	if set.makeRandom == nil || set.random != nil {
+		return
+	}
+	set.random = make(chan struct{})
+	go func(build func() sdk.Sample, random *sdk.Sample, made chan<- struct{}) {
+		defer close(made)
+		*random = build()
+	}(set.makeRandom, &set.samples[1], set.random)
+}
 
-// sample returns sample i, waiting for it to be made.
+// pending says whether sample i is still to be made.
+func (set *sampleSet) pending(i int) bool { return i == 1 && set.makeRandom != nil }
+
+// sample returns sample i, making it or waiting for it to be made.
 func (set *sampleSet) sample(i int) sdk.Sample {
-	if i == 1 && set.random != nil {
+	if set.pending(i) {
+		set.startRandom()
 		<-set.random
-		set.random = nil
+		set.makeRandom, set.random = nil, nil
 	}
 	return set.samples[i]
 }
 
 // samples makes req's two samples, pattern then random: only the inputs
 // when the layer's weights are kept, else whole, making room to keep them
-// when the layer fits the limit. A new layer's random sample is still
-// being made when it returns (sampleSet.sample waits for it). The caller
-// holds ms.busy.
+// when the layer fits the limit. A new layer's random sample is made
+// later (sampleSet.startRandom and sample). The caller holds ms.busy.
 func (ms *measurer) samples(c family.Contract, req sdk.Request) (set *sampleSet, err error) {
 	set = &sampleSet{}
 	shape := weightShape(req, ms.opts.Seed)
@@ -139,11 +154,7 @@ func (ms *measurer) samples(c family.Contract, req sdk.Request) (set *sampleSet,
 		return set, nil
 	}
 	set.samples[0] = c.PatternSample(req)
-	set.random = make(chan struct{})
-	go func(random *sdk.Sample, made chan<- struct{}) {
-		defer close(made)
-		*random = c.RandomSample(req, ms.opts.Seed)
-	}(&set.samples[1], set.random)
+	set.makeRandom = func() sdk.Sample { return c.RandomSample(req, ms.opts.Seed) }
 	sizes := c.WeightSizes(req)
 	var size int64
 	for _, n := range sizes {

@@ -363,6 +363,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 		if err := bufs.inputs.write(sample.Inputs); err != nil {
 			return err
 		}
+		set.startRandom() // made while this sample is checked
 		weights, err := bufs.weights.handles()
 		if err != nil {
 			return err
