@@ -110,7 +110,7 @@ type sampleSet struct {
 	// once it is made.
 	makeRandom func() sdk.Sample
 	random     chan struct{}
-	kept   *keptWeights
+	kept       *keptWeights
 	// keep, when set, is the layer's new keptWeights, to be filled from
 	// the measurement's weights as each sample is loaded (load).
 	keep *keptWeights
@@ -149,8 +149,15 @@ func (ms *measurer) samples(c family.Contract, req sdk.Request) (set *sampleSet,
 	set = &sampleSet{}
 	shape := weightShape(req, ms.opts.Seed)
 	if set.kept = ms.kept.get(shape); set.kept != nil {
+		// Only the inputs: for a few thousand tokens each is a few
+		// milliseconds, made side by side.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			set.samples[1] = sdk.Sample{Weights: set.kept.host[1], Inputs: c.RandomInputs(req, ms.opts.Seed)}
+		}()
 		set.samples[0] = sdk.Sample{Weights: set.kept.host[0], Inputs: c.PatternInputs(req)}
-		set.samples[1] = sdk.Sample{Weights: set.kept.host[1], Inputs: c.RandomInputs(req, ms.opts.Seed)}
+		<-done
 		return set, nil
 	}
 	set.samples[0] = c.PatternSample(req)
@@ -205,6 +212,16 @@ func (ms *measurer) load(set *sampleSet, i int, weights *bufferSet) error {
 		set.keep = nil
 	}
 	return nil
+}
+
+// end waits for a random sample still being made (a measurement that
+// ends early must not leave a layer's worth of host work running into the
+// next one), then discards what was not kept.
+func (set *sampleSet) end() {
+	if set.random != nil {
+		<-set.random
+	}
+	set.discard()
 }
 
 // discard frees a layer that was to be kept but was not loaded whole.

@@ -344,7 +344,7 @@ func (ms *measurer) checkNumbers(ctx context.Context, c family.Contract, req sdk
 	if err != nil {
 		return err
 	}
-	defer set.discard()
+	defer set.end()
 	if set.kept != nil {
 		phase("samples (weights kept)")
 	} else {

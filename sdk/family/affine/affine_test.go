@@ -308,12 +308,16 @@ func TestRandomSampleIsUniformOverTheLevelsAndTheScalesInRange(t *testing.T) {
 }
 
 func TestFillRandomFillsEveryByteOfAnOddLength(t *testing.T) {
-	b := make([]byte, 1<<22+7) // a whole chunk, and one shorter than a word
+	b := make([]byte, 2<<22+7) // two whole chunks, and one shorter than a word
+	prev := runtime.GOMAXPROCS(1)
 	fillRandom(b, 9)
-	assert.NotEqual(t, make([]byte, 7), b[len(b)-7:], "the short chunk is filled")
+	runtime.GOMAXPROCS(max(4, prev))
 	again := make([]byte, len(b))
 	fillRandom(again, 9)
-	assert.Equal(t, b, again, "the seed alone decides the bytes")
+	runtime.GOMAXPROCS(prev)
+	assert.NotEqual(t, make([]byte, 7), b[len(b)-7:], "the short chunk is filled")
+	assert.Equal(t, b, again, "the seed alone decides the bytes, not the core count")
+	assert.NotEqual(t, b[:64], b[1<<22:1<<22+64], "chunks differ")
 	fillRandom(again, 10)
 	assert.NotEqual(t, b[:64], again[:64])
 }
