@@ -237,19 +237,29 @@ func TestRunAfterCloseIsAnError(t *testing.T) {
 	assert.Contains(t, err.Error(), "closed")
 }
 
+// forcedRemote opens a host on the CPU with qmm and the test plugin
+// named, whose candidate of the same name every affine request is forced
+// to, and binds a random sample of a 512→96 layer at one token there. It
+// returns the executable (remote) with the request, the sample and the
+// float64 reference of its output.
+func forcedRemote(t *testing.T, plugin string, seed uint64) (*Host, *Executable, sdk.Request, sdk.Sample, []float64) {
+	t.Helper()
+	cfg := newHostConfig(t, "qmm", plugin)
+	cfg.policy.Force = map[string]string{"affine": plugin}
+	h := cfg.open(t)
+	req := affineRequest(1, 512, 96, 4, 64)
+	exe, sample := bindSample(t, h, req, seed)
+	require.True(t, exe.Remote())
+	return h, exe, req, sample, affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
+}
+
 func TestEngineBuffersForgottenBeforeTheyAreFreedDoNotPileUpInThePlugin(t *testing.T) {
 	// An engine frees and allocates activation buffers between runs. The
 	// plugin keeps every buffer it was handed mapped until the host says
 	// otherwise (on a GPU the next buffer at the same memory would then
 	// fail to open there); mapcount fails once more than 8 are mapped.
-	cfg := newHostConfig(t, "qmm", pluginMapCount)
-	cfg.policy.Force = map[string]string{"affine": "mapcount"}
-	h := cfg.open(t)
+	h, exe, req, sample, want := forcedRemote(t, pluginMapCount, 7)
 	ctx := context.Background()
-	req := affineRequest(1, 512, 96, 4, 64)
-	exe, sample := bindSample(t, h, req, 7)
-	require.True(t, exe.Remote())
-	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
 	for i := 0; i < 6; i++ {
 		io := ioBuffers(t, h, req, sample)
 		require.NoError(t, exe.Run(ctx, nil, io), "run %d", i)
@@ -273,14 +283,8 @@ func TestAWorkspaceReplacedOnPreparingAgainIsForgottenInThePlugin(t *testing.T) 
 	// process has mapped. It fails once more than 9 allocations are
 	// mapped: replaced workspaces left mapped would reach that in a few
 	// runs.
-	cfg := newHostConfig(t, "qmm", pluginGrowWS)
-	cfg.policy.Force = map[string]string{"affine": "growws"}
-	h := cfg.open(t)
+	h, exe, req, sample, want := forcedRemote(t, pluginGrowWS, 8)
 	ctx := context.Background()
-	req := affineRequest(1, 512, 96, 4, 64)
-	exe, sample := bindSample(t, h, req, 8)
-	require.True(t, exe.Remote())
-	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
 	io := ioBuffers(t, h, req, sample)
 	for i := 0; i < 8; i++ {
 		require.NoError(t, h.Device().Fill(io[affine.Y], 0xff))

@@ -251,14 +251,11 @@ type growWS struct {
 }
 
 func (g growWS) Prepare(ctx context.Context, env sdk.Env, req sdk.Request, weights sdk.Buffers) (sdk.Prepared, error) {
-	if err := mappedAtMost9(env.Device); err != nil {
-		return nil, err
-	}
-	p, err := g.Candidate.Prepare(ctx, env, req, weights)
+	p, err := mapCount{g.Candidate}.Prepare(ctx, env, req, weights)
 	if err != nil {
 		return nil, err
 	}
-	return &onceOnly{counted: counted{p, env.Device}, workspace: 64 * g.prepares.Add(1)}, nil
+	return &onceOnly{counted: p.(counted), workspace: 64 * g.prepares.Add(1)}, nil
 }
 
 // onceOnly is a prepared growWS candidate.
