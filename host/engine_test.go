@@ -257,7 +257,7 @@ func TestEngineBuffersForgottenBeforeTheyAreFreedDoNotPileUpInThePlugin(t *testi
 	// An engine frees and allocates activation buffers between runs. The
 	// plugin keeps every buffer it was handed mapped until the host says
 	// otherwise (on a GPU the next buffer at the same memory would then
-	// fail to open there); mapcount fails once more than 8 are mapped.
+	// fail to open there); mapcount fails once more than 9 are mapped.
 	h, exe, req, sample, want := forcedRemote(t, pluginMapCount, 7)
 	ctx := context.Background()
 	for i := 0; i < 6; i++ {
