@@ -39,7 +39,7 @@ def timeline(mod, grid: int, warps: int):
     import numpy as np
     import cupy
     ptr = mod.get_global("kc_tl")
-    host = np.empty((1024, 32, 12), dtype=np.uint64)
+    host = np.empty((1024, 32, 16), dtype=np.uint64)
     cupy.cuda.runtime.memcpy(host.ctypes.data, ptr.ptr, host.nbytes, cupy.cuda.runtime.memcpyDeviceToHost)
     return host[:grid, :warps].astype(np.int64)
 
@@ -49,6 +49,7 @@ def summarise(tl, cw: int, parts: int):
     g0 = tl[:, :, 0]
     g1 = tl[:, :, 1]
     c0, c1, wait, n, first, last, ready, flush = (tl[:, :, k] for k in range(2, 10))
+    mk = [tl[:, :, k] for k in range(10, 14)]   # the kernel's marks (0: not set)
     cycles = float((c1 - c0).sum())
     ns = float((g1 - g0).sum())
     ghz = cycles / ns if ns > 0 else 1.0
@@ -72,7 +73,11 @@ def summarise(tl, cw: int, parts: int):
         lastcalc = us(float((flush[b, cons] - c0[b, cons])[has].max())) - last_data
         pdur = (c1[b, prod] - c0[b, prod]).astype(float)
         pwait = wait[b, prod].astype(float)
-        rows.append(dict(start=start, end=end, first=first_data, last=last_data, tail=tail,
+        def since(k, w, base):   # mark k of warp w, us after base (a clock64), or nan when unset
+            return us(float(mk[k][b, w] - base)) if mk[k][b, w] else float("nan")
+        rows.append(dict(gw=since(0, 0, c0[b, 0]), xcv=since(1, 0, c0[b, 0]), m13=since(3, 0, c0[b, 0]),
+                         hold=since(2, cw, c0[b, cw]),
+                         start=start, end=end, first=first_data, last=last_data, tail=tail,
                          cwait=float(cwait.sum() / max(cdur.sum(), 1)),
                          pwait=float(pwait.sum() / max(pdur.sum(), 1)),
                          pend=us(float(pdur.max())), waits=int(n[b, cons].sum()),
@@ -95,7 +100,7 @@ def main():
     t = args.tokens
     print(f"{'shape':>12s} {'variant':24s} {'us':>6s} {'us tl':>6s} {'GHz':>5s} | {'span':>5s} {'start':>5s} "
           f"{'first':>5s} {'last':>5s} {'tail':>5s} {'tailmx':>6s} {'calc':>5s} {'stage':>5s} {'ready':>5s} {'pend':>5s} "
-          f"{'cwait':>5s} {'pwait':>5s} {'end':>5s} {'endmn':>5s}")
+          f"{'cwait':>5s} {'pwait':>5s} {'end':>5s} {'endmn':>5s} | {'gw':>5s} {'xcv':>5s} {'hold':>5s} {'m13':>5s}")
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))
         wt = ak.Weights(bits, group, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
@@ -121,7 +126,7 @@ def main():
             print(f"{shape:>12s} {vtext:24s} {plain * 1e6:6.1f} {timed * 1e6:6.1f} {ghz:5.2f} | {span:5.1f} "
                   f"{max(r['start'] for r in rows):5.2f} {med('first'):5.2f} {med('last'):5.2f} {med('tail'):5.2f} "
                   f"{max(r['tail'] for r in rows):6.2f} {med('calc'):5.2f} {med('stage'):5.2f} {med('ready'):5.2f} {med('pend'):5.2f} {med('cwait'):5.2f} {med('pwait'):5.2f} "
-                  f"{med('end'):5.2f} {min(r['end'] for r in rows):5.2f}  "
+                  f"{med('end'):5.2f} {min(r['end'] for r in rows):5.2f} | {med('gw'):5.2f} {med('xcv'):5.2f} {med('hold'):5.2f} {med('m13'):5.2f}  "
                   f"[MT={cfg['MT']} CW={cw} U={cfg['U']} NS={cfg['NS']} PARTS={parts} WK={cfg.get('WK', 1)} "
                   f"FP16={cfg.get('FP16', 0)} grid={grid[0]}]", flush=True)
             if args.blocks:
@@ -133,7 +138,10 @@ def main():
     print("columns: us plain and with the timeline; span: first start to last end (us); start: the latest "
           "block start; first/last: when a block's consumers' first/last wait ended (median over blocks, us from "
           "each warp's start; warps without stages left out); tail: block end after its last stage came (median, max); calc: of that, until the last flush began (rough: the compiler may move the clock read across the arithmetic); stage: a consumer warp's busy time per wait; ready: share of consumer waits whose data was there at the first poll; pend: producer's last "
-          "copy issued; cwait/pwait: share of consumer/producer time spent waiting; end: block end (median, min)")
+          "copy issued; cwait/pwait: share of consumer/producer time spent waiting; end: block end (median, min); "
+          "gw/xcv: when consumer warp 0's wait for the grid ahead ended and x was converted; hold: when the producer "
+          "went past its hold; m13: consumer warp 0's mark 13, free for the code under study (medians, us from each "
+          "warp's start; nan: not recorded)")
 
 
 if __name__ == "__main__":

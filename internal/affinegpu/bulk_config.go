@@ -23,6 +23,8 @@ type BulkConfig struct {
 	Parts       int  // copies per stage, each released once used (1, 2 or 4)
 	KS          int  // K slices (0: none; above 1 SPLITK): blockIdx.y takes in/KS inputs, the sums meet in a float workspace
 	XHold       int  // FP16: the producer holds this stage until the consumers have converted x (0: never; bulkXHold)
+	DP2A        bool // one token on the integer pipes: x as int16, dp2a dot products, no mma (bulkDP2A)
+	Unroll      int  // groups unrolled together in the consumer loop (0: the kernel's 4)
 }
 
 // The bulk rule's constants: 512 packed bytes of each row per stage (256
@@ -83,8 +85,37 @@ func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 	}
 	if why == "" {
 		cfg.XHold = bulkXHold(req, cfg, sms, maxShared)
+		cfg.DP2A, cfg.Unroll = bulkDP2A(req, cfg)
 	}
 	return cfg, why
+}
+
+// bulkDP2A says whether the variant takes one token on the integer pipes
+// (DP2A in the kernel), and the unroll it takes then. At one token the
+// mma multiplies 8 columns of x of which 7 are copies of the token's, and
+// it costs the SM its clock: the kernel ran at 1.79 GHz against 1.97 with
+// the mma left out and everything else done (twenty-fifth session,
+// clock64 against %globaltimer). With fp16 operands x is converted once per
+// block anyway; DP2A converts it to int16 instead (x/sigma in units of
+// 2^-14, finer than fp16's) and each lane adds its 16 values of a row and
+// group with dp2a, exact in 32 bits, the four lanes of a row meeting once
+// per tile. Same call, two rounds, one token, us, against the mma:
+// 4096->14336 9.9 / 9.9 against 10.9 / 10.9, 4096x4096 4.5 / 4.5 against
+// 4.8 / 4.8, 4096->6144 5.7 / 5.7 against 6.3 / 6.3, 4096->12672 9.3 / 9.3
+// against 9.9 / 10.0, 8192->28672 31.9 / 31.9 against 32.0 / 32.0. With
+// runs of 8 groups a warp (U/Parts/WK) in 16- and 32-row tiles, unrolling
+// 8 groups was 0.1 us faster again (4096->14336 9.7-9.8, 4096x4096 4.4,
+// 4096->6144 5.6). Fp16 operands at more than 8192 inputs, to have DP2A,
+// did not pay: 14336->4096 11.1 against 11.1-11.2 with bf16 x staged,
+// 28672->8192 34.8-35.6 against 34.0.
+func bulkDP2A(req sdk.Request, c BulkConfig) (bool, int) {
+	if req.Tokens != 1 || !c.FP16 || c.KS > 1 {
+		return false, 0
+	}
+	if run := c.U / c.Parts / c.WK; c.MT <= 2 && run%8 == 0 {
+		return true, 8
+	}
+	return true, 0
 }
 
 // bulkXHoldRing is the ring bulkXHold applies to: 8 stages (512-byte row
@@ -347,6 +378,12 @@ func (c BulkConfig) Defines() map[string]int {
 	if c.XHold > 0 {
 		d["XHOLD"] = c.XHold
 	}
+	if c.DP2A {
+		d["DP2A"] = 1
+	}
+	if c.Unroll > 0 {
+		d["UNR"] = c.Unroll
+	}
 	return d
 }
 
@@ -374,6 +411,12 @@ func (c BulkConfig) Describe() string {
 	}
 	if c.XHold > 0 {
 		extra += fmt.Sprintf(", x ahead of stage %d", c.XHold)
+	}
+	if c.DP2A {
+		operands = "int16 x and dp2a"
+	}
+	if c.Unroll > 0 {
+		extra += fmt.Sprintf(", %d groups unrolled", c.Unroll)
 	}
 	return fmt.Sprintf("bulk q%d g%d, %d-row tiles, %d consumer warps (%d per stage), %d stages of %d groups in %d part(s), %s operands%s",
 		c.Bits, c.Group, 16*c.MT, c.CW, c.WK, c.NS, c.U, c.Parts, operands, extra)

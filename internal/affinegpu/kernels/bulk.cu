@@ -60,6 +60,22 @@
 // in three fused multiply-adds (FOLD3), so no x-sum mma and no x permutes
 // remain in the loop.
 //
+// DP2A (FP16, one token): no mma. At one token the mma multiplies 8
+// columns of x of which 7 are copies, and with it the SM ran at 1.79 GHz
+// against 1.97 without it (twenty-fifth session). x is converted instead
+// to int16, x/sigma in units of 1/XQ (2^-14, or 2^-13 in groups of 128),
+// every 8 values x0..x7 as the pairs (x0, x2), (x4, x6), (x1, x3), (x5,
+// x7); a packed word w gives the bytes w & 0x0F0F0F0F (v0, v2, v4, v6) and
+// (w >> 4) & 0x0F0F0F0F (v1, v3, v5, v7), and four dp2a add the 8
+// products into a 32-bit sum that starts at 1.5*2^23: exact, and its bits
+// are the float 1.5*2^23 + sum (|sum| < 2^22). Each lane sums its own 16
+// values of each of its rows and group (the 4 lanes of a row take the
+// group's quarters), folds acc += s*(sigma/XQ*sum) + b*(E + O)/4, and the
+// 4 lanes add their acc before the tile's sums are flushed (kc_quad_sum).
+// Same call, one token, us, against the mma: 4096->14336 9.9 against
+// 10.9, 4096x4096 4.5 against 4.8, 4096->6144 5.7 against 6.3,
+// 8192->28672 31.9 against 32.0; with UNR 8, 9.7-9.8, 4.4, 5.6.
+//
 // Compiled at run time by NVRTC for sm_90 (cp.async.bulk, tensor copies
 // and mbarrier transaction counts). The file compiles standalone: no
 // #include (bf16 travels as unsigned short). NVRTC options: -arch=sm_90
@@ -126,10 +142,13 @@
 //          first part, into one of two buffers by round of the ring). SEG
 //          must split into whole 128-byte lines and U into whole groups,
 //          and each part's groups among the WK warps
+//   DP2A   FP16 at one token (XT 1), 1 or 0 (default): see "DP2A" above
 //   UNR    groups unrolled together in the consumer loop (default 4: 2 and
 //          16 were slower; eleventh session, 8 with FASTADDR: 4096->14336
 //          and 4096^2 0.1-0.2 us faster, 14336->4096 and 28672->8192 0.3
-//          and 0.6 slower); with FASTADDR, UG = max(UNR, groups per line)
+//          and 0.6 slower); with FASTADDR, UG = max(UNR, groups per line).
+//          With DP2A, 8 where a warp's run is a multiple of 8 groups in 16-
+//          and 32-row tiles (0.1 us faster at the 4096-input shapes)
 //   FASTADDR  1 (default where it applies: runs of U/PARTS/WK groups that
 //          are a multiple of UG) or 0: see "Offsets" in METHOD. Eleventh
 //          session, same call, us, with against without: 4096->14336 12.4
@@ -190,10 +209,17 @@
 //   XCB    FP16: (token, half group) items of x each consumer thread loads
 //          at once when it converts x (default 1 up to 8 tokens, else 64
 //          loaded bytes: 8 in groups of 32, 4 of 64, 2 of 128)
-//   KC_DIAG_NOMATH, KC_DIAG_NORED, KC_DIAG_NOXCONV  (diagnostics; results
-//          are wrong) the consumers release each stage unread; with
-//          SPLITK, no adds into the workspace; with FP16, x is not
-//          converted
+//   KC_DIAG_NOMATH, KC_DIAG_NORED, KC_DIAG_NOXCONV, KC_DIAG_NOSCALE,
+//   KC_DIAG_EARLYREL, KC_DIAG_NOMMA, KC_DIAG_NOUNPACK  (diagnostics;
+//          results are wrong) the consumers
+//          release each stage unread; with SPLITK, no adds into the
+//          workspace; with FP16, x is not converted; no scales or biases
+//          are copied; (PARTS 1) each slot is released as soon as its
+//          copy has landed, before it is read, so its refill may
+//          overwrite it while it is used (what a consumer that took its
+//          stage into registers at once would gain); (FP16) the mma's
+//          operands are made but no mma is issued; the weights go to the
+//          mma without the lop3 that unpacks them
 //   KC_HANG_TRAP  (tests) a barrier wait that polls 2^20 times prints
 //          where it is stuck and traps, so a hang becomes a launch error
 //          (under early start the first wait also covers the kernel ahead:
@@ -250,7 +276,8 @@
 //   7.0 against 5.5, and with one tile per block 4608->4096 in g32, 48
 //   groups and four warps, 8.2 against 16 and eight, 6.4.
 //   CW = 8; XT = tokens; FP16 = 1 when
-//   BITS == 4, in <= 8192 and tokens <= 8, or in slices. PARTS = 2 when ceil(out/TR) > G
+//   BITS == 4, in <= 8192 and tokens <= 8, or in slices; then at one token,
+//   unsliced, DP2A = 1 (and UNR = 8 where MT <= 2 and U/PARTS/WK % 8 == 0). PARTS = 2 when ceil(out/TR) > G
 //   (blocks take several tiles) or MT = 4, and SEG % 256 == 0, but not
 //   with FP16 in 16- and 32-row tiles; else 1 (32-row tiles one per
 //   block: 2 was 0.2-1 us slower; 4 is slower than 2; eleventh session,
@@ -360,6 +387,17 @@ typedef unsigned short u16;
 #if FP16 && BITS != 4
 #error "FP16 needs BITS=4"
 #endif
+#ifndef DP2A
+#define DP2A 0    // (experiment) one token on the integer pipes: x as int16, dp2a dot products, no mma
+#endif
+#if DP2A && !(FP16 && XT == 1)
+#undef DP2A
+#define DP2A 0
+#endif
+// DP2A: x/sigma in units of 1/XQ, so that a lane's sum over a group (VPT
+// values, each at most 15*XQ) stays within 2^22 (exact as a float biased by
+// 1.5*2^23)
+#define XQ (GROUP == 128 ? 8192.f : 16384.f)
 #ifndef UNR
 #define UNR 4     // groups of a stage unrolled together in the consumer loop
 #endif
@@ -455,6 +493,11 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #endif
 
 #define KC_DEV __device__ __forceinline__
+#if defined(KC_DIAG_EARLYREL) && PARTS == 1
+#define KC_RELEASE(bar) (void)0   // (diagnostics: released at the wait instead)
+#else
+#define KC_RELEASE(bar) kc_bar_arrive(bar)   // a consumer warp is done with a slot
+#endif
 struct alignas(16) kc_u4 { u32 x, y, z, w; };
 
 KC_DEV float kc_bf16(u32 h) { return __uint_as_float(h << 16); }
@@ -505,6 +548,9 @@ KC_DEV u32 kc_f16x2(float lo, float hi) {
 KC_DEV u32 kc_nib16(u32 w, int j) {
     u32 d;
     const u32 v = j >= 2 ? w >> 8 : w;
+#ifdef KC_DIAG_NOUNPACK
+    return (j & 1) ? v : w;   // (diagnostics: no lop3; results are wrong)
+#endif
     if (j & 1)
         asm("lop3.b32 %0, %1, 0x00F000F0, 0x64006400, 0xEA;" : "=r"(d) : "r"(v));
     else
@@ -514,11 +560,30 @@ KC_DEV u32 kc_nib16(u32 w, int j) {
 // c = a*b (+ c when acc), m16n8k16 fp16 -> fp32.
 KC_DEV void kc_mma16(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, bool acc) {
     const float z = 0.f;
+#ifdef KC_DIAG_NOMMA
+    // (diagnostics: the operands are made, the mma is not; results are wrong)
+    asm volatile("" :: "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    for (int e = 0; e < 4; ++e) c[e] = acc ? c[e] : z;
+    return;
+#endif
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
         : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1),
           "f"(acc ? c[0] : z), "f"(acc ? c[1] : z), "f"(acc ? c[2] : z), "f"(acc ? c[3] : z));
 }
+// c + a.h0*b.byte(2*HI) + a.h1*b.byte(2*HI+1): a two signed 16-bit
+// values, b four unsigned bytes, of which HI picks the high two.
+template <int HI> KC_DEV int kc_dp2a(u32 a, u32 b, int c) {
+    int d;
+    if (HI)
+        asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    else
+        asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+// int16 pair (lo, hi) of two ints in range.
+KC_DEV u32 kc_i16x2(int lo, int hi) { return ((u32)lo & 0xFFFFu) | ((u32)hi << 16); }
+
 // Half k (0 low, 1 high) of a word of two bf16, as a float.
 KC_DEV float kc_half(u32 w, int k) { return __uint_as_float(k ? (w & 0xFFFF0000u) : (w << 16)); }
 KC_DEV u32 kc_smem(const void* p) { return (u32)__cvta_generic_to_shared(p); }
@@ -594,6 +659,22 @@ KC_DEV void kc_each_sum(const float (&acc)[MT][NT][4], int pg, int tig, int ntok
             }
 }
 
+// DP2A: each lane's sums are over its 16 values of each group; the 4 lanes
+// of a row (tig 0..3) add theirs before a flush, which takes tig 0's.
+KC_DEV void kc_quad_sum(float (&acc)[MT][NT][4]) {
+#if DP2A
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+            float v = acc[m][0][e];
+            v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+            v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+            acc[m][0][e] = v;
+        }
+#endif
+}
+
 // Stage i of a block: its tile k (the block's k-th) and chunk c. Chunks
 // go out in order, tile after tile; with SPLITK, in rounds of SG tiles,
 // one to each stage group, which walks its tile's chunks while the others
@@ -637,8 +718,11 @@ KC_DEV void kc_store(u16* y, const u16* bias, int out, int tok, int row, float v
 // kc_tl[block][warp]: start and end %globaltimer (ns), start and end clock64,
 // cycles in barrier waits, waits, clock64 when the first and the last ended,
 // waits that found their barrier complete at the first poll, and clock64
-// when the warp's last flush of sums began.
-__device__ unsigned long long kc_tl[1024][32][12];
+// when the warp's last flush of sums began, then clock64 marks: 10 when a
+// consumer's wait for the grid ahead ended, 11 when x was converted (after
+// the consumers' barrier), 12 when the producer went past its hold (XHOLD);
+// 13 is free for the code under study.
+__device__ unsigned long long kc_tl[1024][32][16];
 KC_DEV unsigned long long kc_gtime() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
@@ -651,8 +735,9 @@ KC_DEV bool kc_bar_test(u32 bar, u32 parity) {
     return done != 0;
 }
 struct kc_timeline {
-    unsigned long long g0, c0, wait, n, first, last, ready, flush;
-    KC_DEV void start() { g0 = kc_gtime(); c0 = clock64(); wait = n = first = last = ready = flush = 0; }
+    unsigned long long g0, c0, wait, n, first, last, ready, flush, mk[4];
+    KC_DEV void start() { g0 = kc_gtime(); c0 = clock64(); wait = n = first = last = ready = flush = 0; mk[0] = mk[1] = mk[2] = mk[3] = 0; }
+    KC_DEV void mark(int k) { mk[k] = clock64(); }
     KC_DEV void wait_on(u32 bar, u32 parity) {
         const unsigned long long a = clock64();
         if (kc_bar_test(bar, parity)) ++ready;
@@ -669,6 +754,7 @@ struct kc_timeline {
         const unsigned long long c1 = clock64();
         r[0] = g0; r[1] = kc_gtime(); r[2] = c0; r[3] = c1; r[4] = wait; r[5] = n; r[6] = first; r[7] = last;
         r[8] = ready; r[9] = flush;
+        for (int k = 0; k < 4; ++k) r[10 + k] = mk[k];
     }
 };
 #define KC_TL_WAIT(bar, parity) tl.wait_on(bar, parity)
@@ -676,6 +762,7 @@ struct kc_timeline {
 struct kc_timeline {
     KC_DEV void start() {}
     KC_DEV void flushing() {}
+    KC_DEV void mark(int) {}
     KC_DEV void finish(int) {}
 };
 #define KC_TL_WAIT(bar, parity) kc_bar_wait(bar, parity)
@@ -761,15 +848,23 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             const u32 full = full_p + 8 * s;
 #if FP16 && XHOLD
-            if (i == XHOLD) kc_bar_wait(kc_smem(&xbar), 0);   // x's loads not behind a whole ring of weights (not a slot wait: untimed)
+            if (i == XHOLD) {   // x's loads not behind a whole ring of weights (not a slot wait: untimed)
+                kc_bar_wait(kc_smem(&xbar), 0);
+                tl.mark(2);
+            }
 #endif
             if (i >= NS) KC_TL_WAIT(empty_p + 8 * s, ((i / NS) + 1) & 1);
             const u32 dst = sbase + s * STAGE;
-            kc_bar_expect(full, TR * SEG / PARTS + (part ? 0 : SBUF) + (FP16 ? 0 : ntok * XSEG / PARTS));
+#ifdef KC_DIAG_NOSCALE
+            constexpr u32 sbytes = 0;   // (diagnostics: no scales or biases copied; results are wrong)
+#else
+            constexpr u32 sbytes = SBUF;
+#endif
+            kc_bar_expect(full, TR * SEG / PARTS + (part ? 0 : sbytes) + (FP16 ? 0 : ntok * XSEG / PARTS));
 #pragma unroll
             for (int b = part * NB; b < (part + 1) * NB; ++b)
                 kc_tma2d(dst + b * TR * 128, &wmap, (k0 * BITS) / 32 + c * (SEG / 4) + 32 * b, row0, full);
-            if (part == 0) {
+            if (part == 0 && sbytes) {
                 const u32 sdst = dst + SOFF + (NSBUF > 1 ? ((i / NS) & 1) * SBUF : 0);
                 kc_tma2d(sdst, &smap, k0 / GROUP + c * U, row0, full);
                 kc_tma2d(sdst + TR * SSTRIDE, &bmap, k0 / GROUP + c * U, row0, full);
@@ -827,6 +922,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     // leaves in the mma (q = 1024 + v and 1024 + 16*v).
     {
         x = kc_grid_wait_for(x);   // x is the grid ahead's to write
+        tl.mark(0);
         const int ntok = min(tokens, XT);
 #ifdef KC_DIAG_NOXCONV
         const int items = 0;   // (diagnostics: x is not converted; results are wrong)
@@ -897,17 +993,35 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #pragma unroll
                         for (int h = 0; h < 4; ++h) { v[2 * h] = kc_half(w4[h], 0) * inv; v[2 * h + 1] = kc_half(w4[h], 1) * inv; }
                         kc_u4 o;
+#if DP2A
+                        // x/sigma in units of 1/XQ, as the dp2a pairs meet the low and high nibbles
+                        int iv[8];
+#pragma unroll
+                        for (int h = 0; h < 8; ++h) iv[h] = __float2int_rn(v[h] * XQ);
+                        o.x = kc_i16x2(iv[0], iv[2]);
+                        o.y = kc_i16x2(iv[4], iv[6]);
+                        o.z = kc_i16x2(iv[1], iv[3]);
+                        o.w = kc_i16x2(iv[5], iv[7]);
+#else
                         o.x = kc_f16x2(v[0], v[4]);
                         o.y = kc_f16x2(v[1] * 0.0625f, v[5] * 0.0625f);
                         o.z = kc_f16x2(v[2], v[6]);
                         o.w = kc_f16x2(v[3] * 0.0625f, v[7] * 0.0625f);
+#endif
                         dst[q] = o;
                     }
+#if DP2A
+                    // sigma' = sigma/XQ; the dot's float (biased by 1.5*2^23) times sigma' less
+                    // 1.5*2^23*sigma'; a quarter of the group's x sum (each of 4 lanes adds b times it)
+                    if (half == 0) xcon[gi * XT + r] = make_float4(sigma * (1.f / XQ), -12582912.f * sigma * (1.f / XQ), 0.25f * (E + O), 0.f);
+#else
                     if (half == 0) xcon[gi * XT + r] = make_float4(sigma, (FOLD3 ? -1.f : 1.f) * (1024.f * E + 64.f * O), E + O, 0.f);
+#endif
                 }
             }
         }
         asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");   // the consumer warps only
+        tl.mark(1);
 #if XHOLD
         if (threadIdx.x == 0) kc_bar_arrive(kc_smem(&xbar));   // the producer may go on
 #endif
@@ -963,6 +1077,10 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (part - 1) + 8 * s);
             }
             KC_TL_WAIT(full0 + 16 * NS * part + 8 * s, (i / NS) & 1);
+#if defined(KC_DIAG_EARLYREL) && PARTS == 1
+            __syncwarp();   // (diagnostics: the slot released before it is read; results may be wrong)
+            if (lane == 0) kc_bar_arrive(empty0 + 8 * s);
+#endif
 #ifdef KC_DIAG_NOMATH
             continue;   // (diagnostics: the feed alone; results are wrong)
 #endif
@@ -1032,6 +1150,39 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                         w[m][h][0] = p[0];
 #endif
                     }
+#if DP2A
+                // One token on the integer pipes: the lane's 16 values of each of its
+                // rows (tile rows 16m+pg+8h) against its 16 x (int16, from the
+                // conversion), exact in 32 bits from a bias of 1.5*2^23, so that
+                // the float of the sum is its bits; the 4 lanes of a row add their
+                // sums at the flush (kc_quad_sum).
+                {
+                    const float4 xc = xcon[(c * U + u) * XT];
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        const int r0 = 16 * m + pg, r1 = r0 + 8;
+                        const u32* sw = reinterpret_cast<const u32*>(sc) + uh;
+                        const float sv[2] = {kc_half(sw[r0 * (SSTRIDE / 4)], uo), kc_half(sw[r1 * (SSTRIDE / 4)], uo)};
+                        const float bv[2] = {kc_half(sw[(TR + r0) * (SSTRIDE / 4)], uo), kc_half(sw[(TR + r1) * (SSTRIDE / 4)], uo)};
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            int d = 0x4B400000;
+#pragma unroll
+                            for (int wi = 0; wi < WPT; ++wi) {
+                                const u32 wv = w[m][h][wi];
+                                const u32 lo = wv & 0x0F0F0F0Fu, hi = (wv >> 4) & 0x0F0F0F0Fu;
+                                d = kc_dp2a<0>(xw[0][4 * wi], lo, d);       // (x0, x2) by (v0, v2)
+                                d = kc_dp2a<1>(xw[0][4 * wi + 1], lo, d);   // (x4, x6) by (v4, v6)
+                                d = kc_dp2a<0>(xw[0][4 * wi + 2], hi, d);   // (x1, x3) by (v1, v3)
+                                d = kc_dp2a<1>(xw[0][4 * wi + 3], hi, d);   // (x5, x7) by (v5, v7)
+                            }
+                            const float dot = fmaf(xc.x, __int_as_float(d), xc.y);   // sigma' * the exact sum
+                            acc[m][0][2 * h] = fmaf(sv[h], dot, fmaf(bv[h], xc.z, acc[m][0][2 * h]));
+                        }
+                    }
+                }
+                continue;
+#endif
                 float t[MT][NT][4], xs[NT][4];
 #pragma unroll
                 for (int wi = 0; wi < WPT; ++wi) {
@@ -1152,7 +1303,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         if (i + SG < nstages) kc_stage(i + SG, nch, my_tiles, knext, cnext);
         if (knext == k) {
             __syncwarp();
-            if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
+            if (lane == 0) KC_RELEASE(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
             continue;
         }
 #if SPLITK
@@ -1160,6 +1311,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         // (the other chunks' sums, and the other slices', are added there too).
         {
             tl.flushing();
+            kc_quad_sum(acc);
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             kc_each_sum(acc, pg, tig, min(tokens, XT), [&](int j, float v) {
                 const int tok = j / TR, row = row0 + j - tok * TR;
@@ -1173,20 +1325,21 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                     for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
             held = 0;
             __syncwarp();
-            if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
+            if (lane == 0) KC_RELEASE(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
             continue;
         }
 #endif
 #if ENDR
         if (endr && i + SG >= nstages) {   // the warp's last chunk: its sums are added in at the end (below)
             __syncwarp();
-            if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
+            if (lane == 0) KC_RELEASE(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
             break;
         }
 #endif
         const int b = k % NS;
         tl.flushing();
         float* tred = red + b * RED_FLOATS;
+        kc_quad_sum(acc);
         kc_each_sum(acc, pg, tig, min(tokens, XT), [&](int j, float v) { atomicAdd(&tred[j], v); });
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -1216,7 +1369,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             if (lane == 0) cnt[b] = 0;
             __syncwarp();
         }
-        if (lane == 0) kc_bar_arrive(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
+        if (lane == 0) KC_RELEASE(empty0 + 16 * NS * (PARTS - 1) + 8 * s);
     }
 #if ENDR
     // The block's end (where its last SG stages are all of its last tile).
@@ -1235,6 +1388,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     tl.flushing();
     asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");
     float* fin = reinterpret_cast<float*>(smem) + warp * (XT * TR);   // [CW][XT][TR]
+    kc_quad_sum(acc);
     kc_each_sum(acc, pg, tig, min(tokens, XT), [&](int j, float v) { fin[j] = v; });
     asm volatile("bar.sync 1, %0;" :: "n"(32 * CW) : "memory");
     const int row0 = ((int)blockIdx.x + (my_tiles - 1) * (int)gridDim.x) * TR;
