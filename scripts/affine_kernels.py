@@ -262,6 +262,15 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     if ks < 1 or in_f % (ks * group):
         return None
     kin = in_f // ks
+    # one token, 4 bits, unsliced, 8192 < in_f <= 16384 (Go bulkWideOneToken): fp16 operands (and
+    # with them DP2A) where the variant keeps tiles of at most 32 rows and a ring of 8 stages of
+    # 8 warps (twenty-fifth session: 14336->4096 10.5 us against 11.1 with bf16 x staged; not
+    # 13824->5120, four warps, 18.1-18.3 against 17.7)
+    if (fp16 is None and "FP16" not in BULK_OVER and tokens == 1 and bits == 4 and ks == 1
+            and 8192 < in_f <= 16384):
+        c = bulk_config(bits, group, tokens, in_f, out_f, sms, mt, cw, seg, ns, bps, 1, parts, wk, ks)
+        if c is not None and c["MT"] <= 2 and c["CW"] == 8 and c["NS"] == 8:
+            return c
     use16 = fp16 if fp16 is not None else bulk_fp16(bits, tokens, kin, ks)
     use16 = BULK_OVER.get("FP16", use16)   # as the variant will be built
     if mt is None:
@@ -410,6 +419,12 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
         cfg["DP2A"] = 1
         if "UNR" not in BULK_OVER and mt <= 2 and (u // cfg.get("PARTS", 1) // wk) % 8 == 0:
             cfg["UNR"] = 8
+    # x's loads in one round at one token (Go bulkXLoads): each consumer thread loads
+    # ceil(2*groups / threads) half groups at once (14336->4096: 10.5 us with 2 against 11.1)
+    if "XCB" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1:
+        n = -(-2 * (kin // group) // (32 * cfg["CW"]))
+        if n > 1:
+            cfg["XCB"] = n
     return cfg
 
 

@@ -25,12 +25,14 @@ type BulkConfig struct {
 	XHold       int  // FP16: the producer holds this stage until the consumers have converted x (0: never; bulkXHold)
 	DP2A        bool // one token on the integer pipes: x as int16, dp2a dot products, no mma (bulkDP2A)
 	Unroll      int  // groups unrolled together in the consumer loop (0: the kernel's 4)
+	XLoads      int  // FP16: items of x a consumer thread loads at once as it converts x (0: the kernel's default; bulkXLoads)
 }
 
 // The bulk rule's constants: 512 packed bytes of each row per stage (256
 // in 64-row tiles), 8 consumer warps, at most 16 stages, fp16 operands up
 // to 8192 input features (beyond, converting x up front costs more than it
-// saves), and the H100/H200's 227 KiB of opt-in shared memory per block.
+// saves; at one token up to bulkMaxFP16InOneToken, bulkWideOneToken), and
+// the H100/H200's 227 KiB of opt-in shared memory per block.
 const (
 	bulkSegment     = 512
 	bulkWideSegment = 256
@@ -74,20 +76,61 @@ func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 		}
 	}
 	g := max(sms/ks, 1) // blocks per slice
-	fp16 := bulkFP16(req, ks)
-	// No 64-row tiles in slices (twelfth session, 16 tokens, 4096->14336:
-	// 22.7-25.9 us against 32-row tiles' 19.8).
-	cfg, why := chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, ks == 1, fp16)/16, ks)
-	if why == "" && cfg.MT == 4 && cfg.CW < bulkWarps {
-		// 64-row tiles only where eight warps' stages fit; else the
-		// narrower tiles' rule.
-		cfg, why = chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, false, fp16)/16, ks)
+	choose := func(fp16 bool) (BulkConfig, string) {
+		// No 64-row tiles in slices (twelfth session, 16 tokens,
+		// 4096->14336: 22.7-25.9 us against 32-row tiles' 19.8).
+		cfg, why := chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, ks == 1, fp16)/16, ks, fp16)
+		if why == "" && cfg.MT == 4 && cfg.CW < bulkWarps {
+			// 64-row tiles only where eight warps' stages fit; else the
+			// narrower tiles' rule.
+			cfg, why = chooseBulkTiles(req, sms, maxShared, bulkTileRows(req.OutFeatures, bits, group, g, false, fp16)/16, ks, fp16)
+		}
+		return cfg, why
+	}
+	cfg, why := choose(bulkFP16(req, ks))
+	if bulkWideOneToken(req, ks) {
+		if wide, w := choose(true); w == "" && wide.MT <= 2 && wide.CW == bulkWarps && wide.NS == bulkXHoldRing {
+			cfg, why = wide, ""
+		}
 	}
 	if why == "" {
 		cfg.XHold = bulkXHold(req, cfg, sms, maxShared)
 		cfg.DP2A, cfg.Unroll = bulkDP2A(req, cfg)
+		cfg.XLoads = bulkXLoads(req, cfg)
 	}
 	return cfg, why
+}
+
+// bulkMaxFP16InOneToken is the most input features a block converts x for
+// at one token where bulkWideOneToken applies.
+const bulkMaxFP16InOneToken = 16384
+
+// bulkWideOneToken says whether req (one token, 4 bits, unsliced, more
+// than bulkMaxFP16In and at most bulkMaxFP16InOneToken inputs) should try
+// fp16 operands, and with them DP2A: ChooseBulk keeps that variant where
+// its tiles have at most 32 rows and a ring of bulkXHoldRing stages of
+// eight warps still fits beside the resident x. Twenty-fifth session, one
+// token, us: 14336->4096 10.5 with x's loads in one round (bulkXLoads)
+// against 11.1 with bf16 x staged; not taken, as their fp16 variants do
+// not keep that ring: 13824->5120 (four warps) 18.1-18.3 against 17.7.
+// Above: 28672->8192 34.5-35.3 against 34.0-34.2.
+func bulkWideOneToken(req sdk.Request, ks int) bool {
+	return req.Tokens == 1 && req.Weight.Bits == 4 && ks == 1 && req.InFeatures > bulkMaxFP16In && req.InFeatures <= bulkMaxFP16InOneToken
+}
+
+// bulkXLoads is the items of x each consumer thread loads at once as it
+// converts x (XCB in the kernel; 0: the kernel's default): at one token
+// with fp16 operands, enough that every load flies in one round (each
+// item is half a group). 14336->4096 (448 items on 256 threads): 10.5 us
+// with 2 against 11.1 with 1; 4 (64 registers of loads) was 11.1.
+func bulkXLoads(req sdk.Request, c BulkConfig) int {
+	if req.Tokens != 1 || !c.FP16 || c.KS > 1 {
+		return 0
+	}
+	if n := ceilDiv(2*(req.InFeatures/c.Group), 32*c.CW); n > 1 {
+		return n
+	}
+	return 0
 }
 
 // bulkDP2A says whether the variant takes one token on the integer pipes
@@ -195,10 +238,10 @@ func bulkSplits(req sdk.Request, sms int) int {
 // 5.0 against 4.8; with one tile per block 4608->4096 in groups of 32 took
 // 8.2 with 48 groups and four warps against 6.4 with 16 and eight; and
 // 64-row tiles were not measured with larger stages.
-func chooseBulkTiles(req sdk.Request, sms, maxShared, mt, ks int) (BulkConfig, string) {
+func chooseBulkTiles(req sdk.Request, sms, maxShared, mt, ks int, fp16 bool) (BulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	segment := bulkSegment
-	if mt == 4 || req.Tokens > BulkSplitTokens && !bulkFP16(req, ks) {
+	if mt == 4 || req.Tokens > BulkSplitTokens && !fp16 {
 		segment = bulkWideSegment // (x staged with each stage outweighs the weights above 8 tokens)
 	}
 	groups := req.InFeatures / ks / group
@@ -213,7 +256,7 @@ func chooseBulkTiles(req sdk.Request, sms, maxShared, mt, ks int) (BulkConfig, s
 	}
 	why := fmt.Sprintf("%s=%d groups do not split into stages of 8 to 64 groups", what, groups)
 	for _, u := range slices.Concat(fit, above, below) {
-		cfg, w := chooseBulkStages(req, sms, maxShared, mt, u, ks)
+		cfg, w := chooseBulkStages(req, sms, maxShared, mt, u, ks, fp16)
 		larger := slices.Contains(above, u)
 		if w == "" && (!larger || cfg.CW >= bulkMinWarpsAbove && tilesPerBlock*(groups/u) >= bulkMinStagesAbove) {
 			return cfg, ""
@@ -234,9 +277,9 @@ func bulkFP16(req sdk.Request, ks int) bool {
 }
 
 // chooseBulkStages is chooseBulkTiles with the groups per stage (u) given.
-func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u, ks int) (BulkConfig, string) {
+func chooseBulkStages(req sdk.Request, sms, maxShared, mt, u, ks int, fp16 bool) (BulkConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
-	cfg := BulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: bulkFP16(req, ks), Parts: 1, WK: 1}
+	cfg := BulkConfig{Bits: bits, Group: group, MT: mt, U: u, XT: req.Tokens, FP16: fp16, Parts: 1, WK: 1}
 	if ks > 1 {
 		cfg.KS = ks
 	}
@@ -383,6 +426,9 @@ func (c BulkConfig) Defines() map[string]int {
 	}
 	if c.Unroll > 0 {
 		d["UNR"] = c.Unroll
+	}
+	if c.XLoads > 0 {
+		d["XCB"] = c.XLoads
 	}
 	return d
 }

@@ -30,7 +30,9 @@
 // at every measured shape but 28672->8192 (4096->14336 9.2 us, the read
 // 9.3; 28672->8192 32.7 against 30.5): the 1.5 to 4.2 us above that are
 // the consumers'. FP16 is slower where in_features is large (14336,
-// 28672): every block converts the whole of x before it starts. At 4 to
+// 28672): every block converts the whole of x before it starts
+// (twenty-fifth session: with DP2A and x's loads in one round, not at
+// 14336 inputs, 10.5 us against 11.1; still at 28672). At 4 to
 // 16 tokens (above 8 in two n-tiles) with all of K per block the kernel is
 // correct but slower than the stream kernel: x staged per stage crowds the
 // ring, and its few consumer warps leave the arithmetic's latency exposed
@@ -276,8 +278,13 @@
 //   7.0 against 5.5, and with one tile per block 4608->4096 in g32, 48
 //   groups and four warps, 8.2 against 16 and eight, 6.4.
 //   CW = 8; XT = tokens; FP16 = 1 when
-//   BITS == 4, in <= 8192 and tokens <= 8, or in slices; then at one token,
-//   unsliced, DP2A = 1 (and UNR = 8 where MT <= 2 and U/PARTS/WK % 8 == 0). PARTS = 2 when ceil(out/TR) > G
+//   BITS == 4, in <= 8192 and tokens <= 8, or in slices; and at one token,
+//   unsliced, with in <= 16384 where that variant keeps MT <= 2 and a ring
+//   of NS = 8 stages of CW = 8 warps (14336->4096 10.5 us against 11.1 with
+//   bf16 x, 10240->14336 23.9 against 34.7; twenty-fifth session). Then at
+//   one token, unsliced, DP2A = 1 (and UNR = 8 where MT <= 2 and
+//   U/PARTS/WK % 8 == 0), and XCB = ceil(2*groups/(32*CW)) where that is
+//   above 1, so that x's loads go in one round (14336->4096 11.0 with 1). PARTS = 2 when ceil(out/TR) > G
 //   (blocks take several tiles) or MT = 4, and SEG % 256 == 0, but not
 //   with FP16 in 16- and 32-row tiles; else 1 (32-row tiles one per
 //   block: 2 was 0.2-1 us slower; 4 is slower than 2; eleventh session,
@@ -995,9 +1002,10 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                         kc_u4 o;
 #if DP2A
                         // x/sigma in units of 1/XQ, as the dp2a pairs meet the low and high nibbles
+                        // (rounded to nearest even by the add of 1.5*2^23: |v*XQ| < 2^22)
                         int iv[8];
 #pragma unroll
-                        for (int h = 0; h < 8; ++h) iv[h] = __float2int_rn(v[h] * XQ);
+                        for (int h = 0; h < 8; ++h) iv[h] = __float_as_int(fmaf(v[h], XQ, 12582912.f)) - 0x4B400000;
                         o.x = kc_i16x2(iv[0], iv[2]);
                         o.y = kc_i16x2(iv[4], iv[6]);
                         o.z = kc_i16x2(iv[1], iv[3]);
