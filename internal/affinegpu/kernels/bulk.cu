@@ -70,9 +70,9 @@
 // x7); a packed word w gives the bytes w & 0x0F0F0F0F (v0, v2, v4, v6) and
 // (w >> 4) & 0x0F0F0F0F (v1, v3, v5, v7), and four dp2a add the 8
 // products into a 32-bit sum that starts at 1.5*2^23: exact, and its bits
-// are the float 1.5*2^23 + sum (|sum| < 2^22). Each lane sums its own 16
-// values of each of its rows and group (the 4 lanes of a row take the
-// group's quarters), folds acc += s*(sigma/XQ*sum) + b*(E + O)/4, and the
+// are the float 1.5*2^23 + sum (|sum| < 2^22). Each lane sums its own VPT
+// values (16 in groups of 64) of each of its rows and group (the 4 lanes
+// of a row take the group's quarters), folds acc += s*(sigma/XQ*sum) + b*(E + O)/4, and the
 // 4 lanes add their acc before the tile's sums are flushed (kc_quad_sum).
 // Same call, one token, us, against the mma: 4096->14336 9.9 against
 // 10.9, 4096x4096 4.5 against 4.8, 4096->6144 5.7 against 6.3,
@@ -210,7 +210,8 @@
 //          dynamic part)
 //   XCB    FP16: (token, half group) items of x each consumer thread loads
 //          at once when it converts x (default 1 up to 8 tokens, else 64
-//          loaded bytes: 8 in groups of 32, 4 of 64, 2 of 128)
+//          loaded bytes: 8 in groups of 32, 4 of 64, 2 of 128; the rule
+//          sets it at one token so that the loads go in one round)
 //   KC_DIAG_NOMATH, KC_DIAG_NORED, KC_DIAG_NOXCONV, KC_DIAG_NOSCALE,
 //   KC_DIAG_EARLYREL, KC_DIAG_NOMMA, KC_DIAG_NOUNPACK  (diagnostics;
 //          results are wrong) the consumers
@@ -395,7 +396,7 @@ typedef unsigned short u16;
 #error "FP16 needs BITS=4"
 #endif
 #ifndef DP2A
-#define DP2A 0    // (experiment) one token on the integer pipes: x as int16, dp2a dot products, no mma
+#define DP2A 0    // FP16 at one token: x as int16, dp2a dot products, no mma (see DP2A at the top)
 #endif
 #if DP2A && !(FP16 && XT == 1)
 #undef DP2A
