@@ -269,7 +269,7 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     if (fp16 is None and "FP16" not in BULK_OVER and tokens == 1 and bits == 4 and ks == 1
             and 8192 < in_f <= 16384):
         c = bulk_config(bits, group, tokens, in_f, out_f, sms, mt, cw, seg, ns, bps, 1, parts, wk, ks)
-        if c is not None and c["MT"] <= 2 and c["CW"] == 8 and c["NS"] == 8:
+        if c is not None and c["MT"] <= 2 and c["CW"] == 8 and c["NS"] == 8 and c.get("DP2A"):
             return c
     use16 = fp16 if fp16 is not None else bulk_fp16(bits, tokens, kin, ks)
     use16 = BULK_OVER.get("FP16", use16)   # as the variant will be built
@@ -415,7 +415,10 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
     # token, unsliced, take x as int16 and dp2a, no mma (twenty-fifth session: 4096->14336 9.9 us
     # against 10.9, the SM at 1.97 GHz against 1.79); 8 groups unrolled where a warp's run is a
     # multiple of 8 in 16- and 32-row tiles (9.7-9.8)
-    if "DP2A" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1:
+    # (where x's int8 residuals still fit beside the ring, and the hold's 1 KiB)
+    dp2a = dict(cfg, DP2A=1)
+    if ("DP2A" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1
+            and bulk_smem_bytes(dp2a, in_f) + (1024 if cfg.get("XHOLD") else 0) <= BULK_MAX_SMEM):
         cfg["DP2A"] = 1
         if "UNR" not in BULK_OVER and mt <= 2 and (u // cfg.get("PARTS", 1) // wk) % 8 == 0:
             cfg["UNR"] = 8
@@ -441,6 +444,8 @@ def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
     stage = -(-(tr * seg + nsbuf * 2 * tr * 2 * cfg["U"] + (0 if fp16 else xbytes)) // 1024) * 1024
     kin = in_f // cfg.get("_KS", 1)   # a block's inputs (SPLITK: one slice)
     resident = cfg["XT"] * (2 * kin + 16) + 16 * (kin // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
+    if cfg.get("DP2A") and fp16 and cfg["XT"] == 1:   # DP2A: x's int8 residuals beside its int16 values
+        resident += kin
     nt = -(-cfg["XT"] // 8)   # n-tiles of 8 tokens: one tile's sums are [8*nt][tr] floats (none with SPLITK)
     red = 0 if cfg.get("SPLITK") else ns * 4 * 8 * nt * tr
     return ns * stage + red + -(-4 * ns // 16) * 16 + 16 * ns * parts + 1024 + resident
@@ -1025,6 +1030,15 @@ def bulk_correctness_cases():
         (10240, 8192, 4, 32, False, 1, dict(_GRID=40)),
         (4096, 4104, 4, 64, True, 16, dict(mt=4, _GRID=7)),
         (2048, 8192, 4, 64, False, 5, dict(fp16=1, mt=4, _GRID=9)),
+        # one token as the rule takes it (fp16 operands, DP2A), every group size, with input
+        # channels 100 and 1000 times the rest (x's small values must keep their precision
+        # beside a group's outlier), at 14336 inputs too; and the fp16 mma path beside outliers
+        (4096, 4104, 4, 64, True, 1, dict(fp16=None, _OUTLIER=100)),
+        (4096, 1032, 4, 128, False, 1, dict(fp16=None, _OUTLIER=1000)),
+        (2048, 1000, 4, 32, True, 1, dict(fp16=None, _OUTLIER=1000)),
+        (14336, 4096, 4, 64, False, 1, dict(fp16=None, _OUTLIER=1000)),
+        (8192, 1032, 4, 128, True, 1, dict(fp16=None)),
+        (4096, 4104, 4, 64, True, 3, dict(fp16=1, _OUTLIER=1000)),
         # two or more warps per stage, each with a run of its groups (WK), 16 consumer warps
         (4096, 14336, 4, 64, True, 1, dict(fp16=1, cw=16, wk=2)),
         (8192, 28672, 4, 64, False, 1, dict(fp16=1, cw=16, wk=2, ns=8)),
@@ -1095,6 +1109,8 @@ def run_bulk_correctness() -> bool:
         wt = Weights(b, g, in_f, out_f, bias, seed=5000 + ci)
         gen = torch.Generator(device="cuda").manual_seed(500 + ci)
         x = (torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
+        if over.get("_OUTLIER"):   # every 97th input channel that many times larger
+            x[:, ::97] *= over["_OUTLIER"]
         ref = wt.reference(x)
         y, _ = run_kernel("bulk", wt, x, t, cfg)
         torch.cuda.synchronize()

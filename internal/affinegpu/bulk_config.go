@@ -87,16 +87,22 @@ func ChooseBulk(req sdk.Request, sms, maxShared int) (BulkConfig, string) {
 		}
 		return cfg, why
 	}
+	finish := func(cfg BulkConfig) BulkConfig {
+		cfg.XHold = bulkXHold(req, cfg, sms, maxShared)
+		cfg.DP2A, cfg.Unroll = bulkDP2A(req, cfg, maxShared)
+		cfg.XLoads = bulkXLoads(req, cfg)
+		return cfg
+	}
 	cfg, why := choose(bulkFP16(req, ks))
+	if why == "" {
+		cfg = finish(cfg)
+	}
 	if bulkWideOneToken(req, ks) {
 		if wide, w := choose(true); w == "" && wide.MT <= 2 && wide.CW == bulkWarps && wide.NS == bulkXHoldRing {
-			cfg, why = wide, ""
+			if wide = finish(wide); wide.DP2A {
+				cfg, why = wide, ""
+			}
 		}
-	}
-	if why == "" {
-		cfg.XHold = bulkXHold(req, cfg, sms, maxShared)
-		cfg.DP2A, cfg.Unroll = bulkDP2A(req, cfg)
-		cfg.XLoads = bulkXLoads(req, cfg)
 	}
 	return cfg, why
 }
@@ -108,8 +114,8 @@ const bulkMaxFP16InOneToken = 16384
 // bulkWideOneToken says whether req (one token, 4 bits, unsliced, more
 // than bulkMaxFP16In and at most bulkMaxFP16InOneToken inputs) should try
 // fp16 operands, and with them DP2A: ChooseBulk keeps that variant where
-// its tiles have at most 32 rows and a ring of bulkXHoldRing stages of
-// eight warps still fits beside the resident x. Twenty-fifth session, one
+// its tiles have at most 32 rows, a ring of bulkXHoldRing stages of eight
+// warps still fits beside the resident x, and so does DP2A's. Twenty-fifth session, one
 // token, us: 14336->4096 10.5 with x's loads in one round (bulkXLoads)
 // against 11.1 with bf16 x staged; not taken, as their fp16 variants do
 // not keep that ring: 13824->5120 (four warps) 18.1-18.3 against 17.7.
@@ -139,20 +145,33 @@ func bulkXLoads(req sdk.Request, c BulkConfig) int {
 // it costs the SM its clock: the kernel ran at 1.79 GHz against 1.97 with
 // the mma left out and everything else done (twenty-fifth session,
 // clock64 against %globaltimer). With fp16 operands x is converted once per
-// block anyway; DP2A converts it to int16 instead (x/sigma in units of
-// 2^-14, finer than fp16's) and each lane adds its 16 values of a row and
-// group with dp2a, exact in 32 bits, the four lanes of a row meeting once
-// per tile. Same call, two rounds, one token, us, against the mma:
+// block anyway; DP2A converts it to int16 (x/sigma in units of 2^-14, or
+// 2^-13 in groups of 128) and what that leaves to int8 (in units 128 times
+// finer: x's small values beside a group's outlier keep their precision,
+// which int16 alone lost at channels 100 times the rest), and each lane
+// adds its values of a row and group (16 in groups of 64) with dp2a and
+// dp4a, exact in 32 bits, the four lanes of a row meeting once per tile.
+// It takes in bytes more of shared memory (the int8 residuals), so it
+// applies where those still fit (with the hold's pad where it holds). Same call, two rounds, one token, us, against the mma:
 // 4096->14336 9.9 / 9.9 against 10.9 / 10.9, 4096x4096 4.5 / 4.5 against
 // 4.8 / 4.8, 4096->6144 5.7 / 5.7 against 6.3 / 6.3, 4096->12672 9.3 / 9.3
 // against 9.9 / 10.0, 8192->28672 31.9 / 31.9 against 32.0 / 32.0. With
 // runs of 8 groups a warp (U/Parts/WK) in 16- and 32-row tiles, unrolling
 // 8 groups was 0.1 us faster again (4096->14336 9.7-9.8, 4096x4096 4.4,
 // 4096->6144 5.6). Fp16 operands at more than 8192 inputs, to have DP2A,
-// did not pay: 14336->4096 11.1 against 11.1-11.2 with bf16 x staged,
-// 28672->8192 34.8-35.6 against 34.0.
-func bulkDP2A(req sdk.Request, c BulkConfig) (bool, int) {
+// paid at 14336->4096 once x's loads went in one round (bulkXLoads,
+// bulkWideOneToken), not at 28672->8192 (34.5-35.6 against 34.0).
+func bulkDP2A(req sdk.Request, c BulkConfig, maxShared int) (bool, int) {
 	if req.Tokens != 1 || !c.FP16 || c.KS > 1 {
+		return false, 0
+	}
+	pad := 0
+	if c.XHold > 0 {
+		pad = bulkXHoldPad
+	}
+	with := c
+	with.DP2A = true
+	if with.sharedBytes(req.InFeatures)+pad > maxShared {
 		return false, 0
 	}
 	if run := c.U / c.Parts / c.WK; c.MT <= 2 && run%8 == 0 {
@@ -392,6 +411,9 @@ func (c BulkConfig) sharedBytes(in int) int {
 	resident := 0
 	if c.FP16 {
 		resident = c.XT*(2*in+16) + 16*(in/c.Group)*c.XT
+		if c.DP2A {
+			resident += in // x's int8 residuals (one token)
+		}
 	} else {
 		stage += c.XT * (2*c.U*c.Group + 16)
 	}

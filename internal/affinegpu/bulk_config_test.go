@@ -36,31 +36,32 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		want   BulkConfig
 		shared int
 	}{
-		{a(1, 4096, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 166064},
-		{a(1, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8}, 166064},
+		{a(1, 4096, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 170160},
+		{a(1, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8}, 170160},
 		// one token from 8192 to 16384 inputs: fp16 operands (and DP2A)
 		// where 32-row tiles keep a ring of 8 stages of 8 warps, x's loads
 		// in one round (not 13824->5120 below, whose fp16 ring would keep
 		// four warps, nor past 16384 inputs, 28672->8192 below)
-		{a(1, 14336, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 2}, 189104},
-		{a(1, 8192, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 175280},
+		{a(1, 14336, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 2}, 203440},
+		{a(1, 8192, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 183472},
 		{a(1, 28672, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, Parts: 2}, 197920},
-		{a(1, 8192, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, XHold: 4, DP2A: true}, 199984},
+		{a(1, 8192, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, XHold: 4, DP2A: true}, 208176},
 		{a(1, 8192, 8192, 8, 64, false), BulkConfig{Bits: 8, Group: 64, MT: 2, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, Parts: 2}, 173344},
-		{a(1, 16384, 16384, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 4}, 214192},
+		{a(1, 16384, 16384, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 4}, 230576},
 		// x ahead of half the ring (XHold) only at one token with fp16, a
 		// ring of 8 and blocks of 5 to 24 stages: 4096->14336 and 8192x8192
 		// above take it, 4096x4096 (4 stages) and 8192->28672 (56) above
 		// and 3584->18944 (a ring of 16) below do not, nor 4 tokens
-		{a(1, 4096, 6144, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8}, 166064},
+		{a(1, 4096, 6144, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8}, 170160},
 		{a(4, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 4, FP16: true, Parts: 1}, 193760},
 		// within 1 KiB of the shared memory (the hold's static mbarrier may
-		// push the dynamic part up by that much): no hold
-		{a(1, 7168, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 16, NS: 8, XT: 1, FP16: true, Parts: 2, DP2A: true, XLoads: 2}, 232240},
+		// push the dynamic part up by that much): no hold; and no room for
+		// DP2A's int8 residuals of x: the mma
+		{a(1, 7168, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 16, NS: 8, XT: 1, FP16: true, Parts: 2, XLoads: 2}, 232240},
 		// 64-row tiles would leave room for four warps only: 32-row tiles
-		{a(1, 8192, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 2}, 193712},
-		{a(1, 1024, 8192, 4, 64, true), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, DP2A: true}, 183856},
-		{a(1, 8192, 8192, 4, 128, false), BulkConfig{Bits: 4, Group: 128, MT: 2, CW: 8, WK: 2, U: 8, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true}, 166064},
+		{a(1, 8192, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 2}, 201904},
+		{a(1, 1024, 8192, 4, 64, true), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, DP2A: true}, 184880},
+		{a(1, 8192, 8192, 4, 128, false), BulkConfig{Bits: 4, Group: 128, MT: 2, CW: 8, WK: 2, U: 8, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true}, 174256},
 		{a(1, 4096, 4096, 8, 32, false), BulkConfig{Bits: 8, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, Parts: 1}, 173216},
 		{a(1, 4096, 4096, 8, 128, false), BulkConfig{Bits: 8, Group: 128, MT: 2, CW: 4, WK: 2, U: 8, NS: 4, XT: 1, Parts: 1}, 152656},
 		// groups that want (16 or 32) does not divide: 24 groups per
@@ -68,18 +69,18 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// stages still fit and the busiest block takes four stages, else
 		// want/2
 		{a(1, 13824, 5120, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, WK: 1, U: 24, NS: 8, XT: 1, Parts: 2}, 161056},
-		{a(1, 3584, 18944, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 173264},
-		{a(1, 3584, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 173264},
+		{a(1, 3584, 18944, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 176848},
+		{a(1, 3584, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 176848},
 		{a(1, 2304, 4240, 8, 32, false), BulkConfig{Bits: 8, Group: 32, MT: 1, CW: 8, WK: 1, U: 24, NS: 8, XT: 1, Parts: 2}, 144672},
 		// 48 groups (the whole row) would give each block three stages: 16
-		{a(1, 1536, 4240, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 185424},
+		{a(1, 1536, 4240, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 186960},
 		// several tiles per block, but 56 groups would leave two warps: 8
-		{a(1, 3584, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 173264},
+		{a(1, 3584, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 176848},
 		// 64-row tiles keep half of want and one warp per stage
-		{a(1, 2304, 16896, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 203728},
+		{a(1, 2304, 16896, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 206032},
 		// one tile per block: half of want, as before
-		{a(1, 1536, 1032, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 1, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 95312},
-		{a(1, 4608, 4096, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 2}, 193104},
+		{a(1, 1536, 1032, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 1, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 96848},
+		{a(1, 4608, 4096, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 2}, 197712},
 		{a(1, 18944, 3584, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, Parts: 1}, 197952},
 		// 32-row tiles that give the busiest block more m-tiles than
 		// 16-row ones are taken only with fp16 operands (4096->14336 q4
@@ -87,8 +88,8 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// more than 8192 inputs) 16-row tiles in two parts; at 2048
 		// outputs (twice the m-tiles) 16-row tiles
 		{a(1, 4096, 14336, 8, 64, false), BulkConfig{Bits: 8, Group: 64, MT: 1, CW: 8, WK: 1, U: 8, NS: 16, XT: 1, Parts: 2}, 190016},
-		{a(1, 10240, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 2}, 179888},
-		{a(1, 4096, 2048, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 166224},
+		{a(1, 10240, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 2}, 190128},
+		{a(1, 4096, 2048, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 170320},
 		// above 8 tokens (4 bits): K slices whose fp16 x is at most 64 KiB,
 		// leaving the fewest SMs idle and then the most slices; 512-byte
 		// row pieces (x is resident, not staged); no 64-row tiles

@@ -67,15 +67,20 @@
 // against 1.97 without it (twenty-fifth session). x is converted instead
 // to int16, x/sigma in units of 1/XQ (2^-14, or 2^-13 in groups of 128),
 // every 8 values x0..x7 as the pairs (x0, x2), (x4, x6), (x1, x3), (x5,
-// x7); a packed word w gives the bytes w & 0x0F0F0F0F (v0, v2, v4, v6) and
-// (w >> 4) & 0x0F0F0F0F (v1, v3, v5, v7), and four dp2a add the 8
-// products into a 32-bit sum that starts at 1.5*2^23: exact, and its bits
-// are the float 1.5*2^23 + sum (|sum| < 2^22). Each lane sums its own VPT
+// x7), and what that rounding left to int8 in units of 1/(128*XQ), as the
+// bytes (x0, x2, x4, x6) and (x1, x3, x5, x7) (without them a group's small
+// values lost their precision beside an outlier: channels 100 times the
+// rest failed the check). A packed word w gives the bytes w & 0x0F0F0F0F
+// (v0, v2, v4, v6) and (w >> 4) & 0x0F0F0F0F (v1, v3, v5, v7); four dp2a
+// add the 8 products into a 32-bit sum and two dp4a the residuals' into
+// another, each starting at 1.5*2^23: exact, and its bits are the float
+// 1.5*2^23 + sum (|sum| < 2^22). Each lane sums its own VPT
 // values (16 in groups of 64) of each of its rows and group (the 4 lanes
-// of a row take the group's quarters), folds acc += s*(sigma/XQ*sum) + b*(E + O)/4, and the
-// 4 lanes add their acc before the tile's sums are flushed (kc_quad_sum).
-// Same call, one token, us, against the mma: 4096->14336 9.9 against
-// 10.9, 4096x4096 4.5 against 4.8, 4096->6144 5.7 against 6.3,
+// of a row take the group's quarters), folds acc += s*(sigma/XQ*(sum +
+// residuals/128)) + b*(E + O)/4, and the 4 lanes add their acc before the
+// tile's sums are flushed (kc_quad_sum). Same call, one token, us, without
+// the residuals, against the mma: 4096->14336 9.9 against 10.9, 4096x4096
+// 4.5 against 4.8, 4096->6144 5.7 against 6.3,
 // 8192->28672 31.9 against 32.0; with UNR 8, 9.7-9.8, 4.4, 5.6.
 //
 // Compiled at run time by NVRTC for sm_90 (cp.async.bulk, tensor copies
@@ -243,11 +248,12 @@
 //   dynamic shared memory bytes (raise the function's maximum dynamic
 //   shared size to it), with kin = in/KS (in without SPLITK) =
 //       NS*STAGE + (SPLITK ? 0 : NS*4*8*NT*TR) + 16*ceil(4*NS/16) + 16*NS*PARTS + 1024
-//     + (FP16 ? XT*(2*kin+16) + 16*XT*(kin/GROUP) : 0)
+//     + (FP16 ? XT*(2*kin+16) + 16*XT*(kin/GROUP) : 0) + (DP2A ? kin : 0)
 //   with STAGE = roundup(TR*SEG + B*4*TR*U + (FP16 ? 0 : XT*(2*U*GROUP+16)), 1024),
 //   B = 2 scale buffers when PARTS > 1, else 1.
 //   The 1024 is slack for the stages' alignment (see the note in the
-//   kernel); the FP16 term is the resident x and its per-group constants.
+//   kernel); the FP16 term is the resident x and its per-group constants,
+//   the DP2A term x's int8 residuals.
 //
 // VARIANT CHOICE (scripts/affine_kernels.py: bulk_config)
 //   Served when BITS is 4 or 8, 1 <= tokens <= 16, in % GROUP == 0 and
@@ -589,8 +595,18 @@ template <int HI> KC_DEV int kc_dp2a(u32 a, u32 b, int c) {
         asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
 }
+// c + the sum of a.byte(k)*b.byte(k): a four signed bytes, b four unsigned.
+KC_DEV int kc_dp4a(u32 a, u32 b, int c) {
+    int d;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
 // int16 pair (lo, hi) of two ints in range.
 KC_DEV u32 kc_i16x2(int lo, int hi) { return ((u32)lo & 0xFFFFu) | ((u32)hi << 16); }
+// int8 bytes (b0, b1, b2, b3) of four ints in range.
+KC_DEV u32 kc_i8x4(int b0, int b1, int b2, int b3) {
+    return ((u32)b0 & 0xFFu) | (((u32)b1 & 0xFFu) << 8) | (((u32)b2 & 0xFFu) << 16) | ((u32)b3 << 24);
+}
 
 // Half k (0 low, 1 high) of a word of two bf16, as a float.
 KC_DEV float kc_half(u32 w, int k) { return __uint_as_float(k ? (w & 0xFFFF0000u) : (w << 16)); }
@@ -812,6 +828,9 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
     const int xrstride = 2 * kin + 16;
     unsigned char* xres = smem + SMEM_BYTES;                 // [XT][kin] fp16, pairs as the unpacking meets them
     float4* xcon = reinterpret_cast<float4*>(xres + XT * xrstride);   // [groups][XT]
+#if DP2A
+    unsigned char* xlo = reinterpret_cast<unsigned char*>(xcon + groups * XT);   // [XT][kin] int8 residuals
+#endif
 #endif
 
     for (int i = threadIdx.x; i < NS * RED_FLOATS; i += blockDim.x) red[i] = 0.f;
@@ -1004,13 +1023,20 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #if DP2A
                         // x/sigma in units of 1/XQ, as the dp2a pairs meet the low and high nibbles
                         // (rounded to nearest even by the add of 1.5*2^23: |v*XQ| < 2^22)
-                        int iv[8];
+                        // and what that leaves, in units of 1/(128*XQ) (at most 64: int8)
+                        int iv[8], ir[8];
 #pragma unroll
-                        for (int h = 0; h < 8; ++h) iv[h] = __float_as_int(fmaf(v[h], XQ, 12582912.f)) - 0x4B400000;
+                        for (int h = 0; h < 8; ++h) {
+                            iv[h] = __float_as_int(fmaf(v[h], XQ, 12582912.f)) - 0x4B400000;
+                            const float rest = fmaf(v[h], XQ, -(float)iv[h]);   // exact
+                            ir[h] = __float_as_int(fmaf(rest, 128.f, 12582912.f)) - 0x4B400000;
+                        }
                         o.x = kc_i16x2(iv[0], iv[2]);
                         o.y = kc_i16x2(iv[4], iv[6]);
                         o.z = kc_i16x2(iv[1], iv[3]);
                         o.w = kc_i16x2(iv[5], iv[7]);
+                        *reinterpret_cast<uint2*>(xlo + r * kin + gi * GROUP + half * (GROUP / 2) + 8 * q) =
+                            make_uint2(kc_i8x4(ir[0], ir[2], ir[4], ir[6]), kc_i8x4(ir[1], ir[3], ir[5], ir[7]));
 #else
                         o.x = kc_f16x2(v[0], v[4]);
                         o.y = kc_f16x2(v[1] * 0.0625f, v[5] * 0.0625f);
@@ -1020,9 +1046,13 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                         dst[q] = o;
                     }
 #if DP2A
-                    // sigma' = sigma/XQ; the dot's float (biased by 1.5*2^23) times sigma' less
-                    // 1.5*2^23*sigma'; a quarter of the group's x sum (each of 4 lanes adds b times it)
-                    if (half == 0) xcon[gi * XT + r] = make_float4(sigma * (1.f / XQ), -12582912.f * sigma * (1.f / XQ), 0.25f * (E + O), 0.f);
+                    // sigma' = sigma/XQ; less 1.5*2^23 times sigma' and sigma'/128 (both sums
+                    // come biased by 1.5*2^23); a quarter of the group's x sum (each of 4 lanes
+                    // adds b times it); sigma'/128
+                    if (half == 0) {
+                        const float sq = sigma * (1.f / XQ);
+                        xcon[gi * XT + r] = make_float4(sq, -12582912.f * sq * (1.f + 1.f / 128.f), 0.25f * (E + O), sq * (1.f / 128.f));
+                    }
 #else
                     if (half == 0) xcon[gi * XT + r] = make_float4(sigma, (FOLD3 ? -1.f : 1.f) * (1024.f * E + 64.f * O), E + O, 0.f);
 #endif
@@ -1167,6 +1197,17 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 // sums at the flush (kc_quad_sum).
                 {
                     const float4 xc = xcon[(c * U + u) * XT];
+                    // the residuals of the lane's VPT x: 2 words (odd and even places) per 8
+                    u32 xl[VPT / 4];
+                    {
+                        const unsigned char* lp = xlo + (c * U + u) * GROUP + tig * VPT;
+#pragma unroll
+                        for (int k = 0; k < VPT / 4; k += 2) {
+                            const uint2 p2 = *reinterpret_cast<const uint2*>(lp + 4 * k);
+                            xl[k] = p2.x;
+                            xl[k + 1] = p2.y;
+                        }
+                    }
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
                         const int r0 = 16 * m + pg, r1 = r0 + 8;
@@ -1175,7 +1216,7 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                         const float bv[2] = {kc_half(sw[(TR + r0) * (SSTRIDE / 4)], uo), kc_half(sw[(TR + r1) * (SSTRIDE / 4)], uo)};
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
-                            int d = 0x4B400000;
+                            int d = 0x4B400000, dr = 0x4B400000;
 #pragma unroll
                             for (int wi = 0; wi < WPT; ++wi) {
                                 const u32 wv = w[m][h][wi];
@@ -1184,8 +1225,11 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                                 d = kc_dp2a<1>(xw[0][4 * wi + 1], lo, d);   // (x4, x6) by (v4, v6)
                                 d = kc_dp2a<0>(xw[0][4 * wi + 2], hi, d);   // (x1, x3) by (v1, v3)
                                 d = kc_dp2a<1>(xw[0][4 * wi + 3], hi, d);   // (x5, x7) by (v5, v7)
+                                dr = kc_dp4a(xl[2 * wi], lo, dr);           // the residuals: even places
+                                dr = kc_dp4a(xl[2 * wi + 1], hi, dr);       // odd places
                             }
-                            const float dot = fmaf(xc.x, __int_as_float(d), xc.y);   // sigma' * the exact sum
+                            // sigma' * (the sum + the residuals' sum / 128)
+                            const float dot = fmaf(xc.w, __int_as_float(dr), fmaf(xc.x, __int_as_float(d), xc.y));
                             acc[m][0][2 * h] = fmaf(sv[h], dot, fmaf(bv[h], xc.z, acc[m][0][2 * h]));
                         }
                     }
