@@ -264,8 +264,8 @@ def bulk_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: 
     kin = in_f // ks
     # one token, 4 bits, unsliced, 8192 < in_f <= 16384 (Go bulkWideOneToken): fp16 operands (and
     # with them DP2A) where the variant keeps tiles of at most 32 rows and a ring of 8 stages of
-    # 8 warps (twenty-fifth session: 14336->4096 10.5 us against 11.1 with bf16 x staged; not
-    # 13824->5120, four warps, 18.1-18.3 against 17.7)
+    # 8 warps (twenty-fifth session: 14336->4096 11.0 us, 10.5 before the residuals, against
+    # 11.1-11.2 with bf16 x staged; not 13824->5120, four warps, 18.1-18.3 against 17.7)
     if (fp16 is None and "FP16" not in BULK_OVER and tokens == 1 and bits == 4 and ks == 1
             and 8192 < in_f <= 16384):
         c = bulk_config(bits, group, tokens, in_f, out_f, sms, mt, cw, seg, ns, bps, 1, parts, wk, ks)
@@ -412,9 +412,9 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
         if ns // 2 < stages <= 3 * ns:
             cfg["XHOLD"] = ns // 2
     # one token on the integer pipes (Go bulkDP2A): fp16 operands (x converted per block) at one
-    # token, unsliced, take x as int16 and dp2a, no mma (twenty-fifth session: 4096->14336 9.9 us
-    # against 10.9, the SM at 1.97 GHz against 1.79); 8 groups unrolled where a warp's run is a
-    # multiple of 8 in 16- and 32-row tiles (9.7-9.8)
+    # token, unsliced, take x as int16 and its int8 residuals, dp2a and dp4a, no mma (twenty-fifth
+    # session: the SM at 1.97 GHz against 1.79; 4096->14336 10.3 us against 10.6 with the mma,
+    # both with 8 groups unrolled where a warp's run is a multiple of 8 in 16- and 32-row tiles)
     # (where x's int8 residuals still fit beside the ring, and the hold's 1 KiB)
     dp2a = dict(cfg, DP2A=1)
     if ("DP2A" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1
@@ -423,7 +423,8 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
         if "UNR" not in BULK_OVER and mt <= 2 and (u // cfg.get("PARTS", 1) // wk) % 8 == 0:
             cfg["UNR"] = 8
     # x's loads in one round at one token (Go bulkXLoads): each consumer thread loads
-    # ceil(2*groups / threads) half groups at once (14336->4096: 10.5 us with 2 against 11.1)
+    # ceil(2*groups / threads) half groups at once (14336->4096, before the residuals: 10.5 us
+    # with 2 against 11.0-11.1)
     if "XCB" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1:
         n = -(-2 * (kin // group) // (32 * cfg["CW"]))
         if n > 1:

@@ -23,7 +23,7 @@ type BulkConfig struct {
 	Parts       int  // copies per stage, each released once used (1, 2 or 4)
 	KS          int  // K slices (0: none; above 1 SPLITK): blockIdx.y takes in/KS inputs, the sums meet in a float workspace
 	XHold       int  // FP16: the producer holds this stage until the consumers have converted x (0: never; bulkXHold)
-	DP2A        bool // one token on the integer pipes: x as int16, dp2a dot products, no mma (bulkDP2A)
+	DP2A        bool // one token on the integer pipes: x as int16 and int8 residuals, dp2a and dp4a, no mma (bulkDP2A)
 	Unroll      int  // groups unrolled together in the consumer loop (0: the kernel's 4)
 	XLoads      int  // FP16: items of x a consumer thread loads at once as it converts x (0: the kernel's default; bulkXLoads)
 }
@@ -115,11 +115,13 @@ const bulkMaxFP16InOneToken = 16384
 // than bulkMaxFP16In and at most bulkMaxFP16InOneToken inputs) should try
 // fp16 operands, and with them DP2A: ChooseBulk keeps that variant where
 // its tiles have at most 32 rows, a ring of bulkXHoldRing stages of eight
-// warps still fits beside the resident x, and so does DP2A's. Twenty-fifth session, one
-// token, us: 14336->4096 10.5 with x's loads in one round (bulkXLoads)
-// against 11.1 with bf16 x staged; not taken, as their fp16 variants do
-// not keep that ring: 13824->5120 (four warps) 18.1-18.3 against 17.7.
-// Above: 28672->8192 34.5-35.3 against 34.0-34.2.
+// warps still fits beside the resident x, and so does DP2A's. Twenty-fifth
+// session, one token, us: 14336->4096 11.0 with x's loads in one round
+// (bulkXLoads; 10.5 before DP2A kept x's residuals) against 11.1-11.2
+// with bf16 x staged, 10240->14336 23.9 (before the residuals) against
+// 34.7; not taken, as their fp16 variants do not keep that ring:
+// 13824->5120 (four warps) 18.1-18.3 against 17.7. Above: 28672->8192
+// 34.5-35.3 against 34.0-34.2.
 func bulkWideOneToken(req sdk.Request, ks int) bool {
 	return req.Tokens == 1 && req.Weight.Bits == 4 && ks == 1 && req.InFeatures > bulkMaxFP16In && req.InFeatures <= bulkMaxFP16InOneToken
 }
@@ -127,8 +129,9 @@ func bulkWideOneToken(req sdk.Request, ks int) bool {
 // bulkXLoads is the items of x each consumer thread loads at once as it
 // converts x (XCB in the kernel; 0: the kernel's default): at one token
 // with fp16 operands, enough that every load flies in one round (each
-// item is half a group). 14336->4096 (448 items on 256 threads): 10.5 us
-// with 2 against 11.1 with 1; 4 (64 registers of loads) was 11.1.
+// item is half a group). 14336->4096 (448 items on 256 threads, DP2A
+// without x's residuals): 10.5 us with 2 against 11.0-11.1 with 1; 4 (64
+// registers of loads) was 11.1.
 func bulkXLoads(req sdk.Request, c BulkConfig) int {
 	if req.Tokens != 1 || !c.FP16 || c.KS > 1 {
 		return 0
@@ -152,15 +155,17 @@ func bulkXLoads(req sdk.Request, c BulkConfig) int {
 // adds its values of a row and group (16 in groups of 64) with dp2a and
 // dp4a, exact in 32 bits, the four lanes of a row meeting once per tile.
 // It takes in bytes more of shared memory (the int8 residuals), so it
-// applies where those still fit (with the hold's pad where it holds). Same call, two rounds, one token, us, against the mma:
-// 4096->14336 9.9 / 9.9 against 10.9 / 10.9, 4096x4096 4.5 / 4.5 against
-// 4.8 / 4.8, 4096->6144 5.7 / 5.7 against 6.3 / 6.3, 4096->12672 9.3 / 9.3
-// against 9.9 / 10.0, 8192->28672 31.9 / 31.9 against 32.0 / 32.0. With
-// runs of 8 groups a warp (U/Parts/WK) in 16- and 32-row tiles, unrolling
-// 8 groups was 0.1 us faster again (4096->14336 9.7-9.8, 4096x4096 4.4,
-// 4096->6144 5.6). Fp16 operands at more than 8192 inputs, to have DP2A,
-// paid at 14336->4096 once x's loads went in one round (bulkXLoads,
-// bulkWideOneToken), not at 28672->8192 (34.5-35.6 against 34.0).
+// applies where those still fit (with the hold's pad where it holds).
+// Same call, one token, us, with 8 groups unrolled where a warp's run
+// (U/Parts/WK) is a multiple of 8 in 16- and 32-row tiles, against the mma
+// (with the same unroll): 4096->14336 10.3 against 10.6, 4096x4096 4.7
+// against 4.7, 4096->6144 6.0 against 6.1, 8192->28672 32.2 against 32.2;
+// the mma with the kernel's unroll of 4: 10.9, 4.8, 6.3, 32.0. Without
+// the residuals DP2A took 9.7-9.8, 4.4, 5.6 and 31.8-31.9, but it failed
+// the check beside outlier channels. Fp16 operands at more than 8192
+// inputs, to have DP2A, paid at 14336->4096 once x's loads went in one
+// round (bulkXLoads, bulkWideOneToken), not at 28672->8192 (34.5-35.6
+// against 34.0).
 func bulkDP2A(req sdk.Request, c BulkConfig, maxShared int) (bool, int) {
 	if req.Tokens != 1 || !c.FP16 || c.KS > 1 {
 		return false, 0

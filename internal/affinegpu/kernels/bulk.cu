@@ -78,10 +78,11 @@
 // values (16 in groups of 64) of each of its rows and group (the 4 lanes
 // of a row take the group's quarters), folds acc += s*(sigma/XQ*(sum +
 // residuals/128)) + b*(E + O)/4, and the 4 lanes add their acc before the
-// tile's sums are flushed (kc_quad_sum). Same call, one token, us, without
-// the residuals, against the mma: 4096->14336 9.9 against 10.9, 4096x4096
-// 4.5 against 4.8, 4096->6144 5.7 against 6.3,
-// 8192->28672 31.9 against 32.0; with UNR 8, 9.7-9.8, 4.4, 5.6.
+// tile's sums are flushed (kc_quad_sum). Same call, one token, UNR 8, us,
+// against the mma with UNR 8: 4096->14336 10.3 against 10.6, 4096x4096 4.7
+// against 4.7, 4096->6144 6.0 against 6.1, 8192->28672 32.2 against 32.2
+// (the mma with UNR 4: 10.9, 4.8, 6.3, 32.0); without the residuals 9.7-9.8,
+// 4.4, 5.6, 31.8-31.9.
 //
 // Compiled at run time by NVRTC for sm_90 (cp.async.bulk, tensor copies
 // and mbarrier transaction counts). The file compiles standalone: no
@@ -683,7 +684,7 @@ KC_DEV void kc_each_sum(const float (&acc)[MT][NT][4], int pg, int tig, int ntok
             }
 }
 
-// DP2A: each lane's sums are over its 16 values of each group; the 4 lanes
+// DP2A: each lane's sums are over its VPT values of each group; the 4 lanes
 // of a row (tig 0..3) add theirs before a flush, which takes tig 0's.
 KC_DEV void kc_quad_sum(float (&acc)[MT][NT][4]) {
 #if DP2A
@@ -1190,10 +1191,10 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
 #endif
                     }
 #if DP2A
-                // One token on the integer pipes: the lane's 16 values of each of its
-                // rows (tile rows 16m+pg+8h) against its 16 x (int16, from the
-                // conversion), exact in 32 bits from a bias of 1.5*2^23, so that
-                // the float of the sum is its bits; the 4 lanes of a row add their
+                // One token on the integer pipes: the lane's VPT values of each of
+                // its rows (tile rows 16m+pg+8h) against its VPT x (int16, and the
+                // int8 residuals, from the conversion), exact in 32 bits from a bias
+                // of 1.5*2^23, so that the float of each sum is its bits; the 4 lanes of a row add their
                 // sums at the flush (kc_quad_sum).
                 {
                     const float4 xc = xcon[(c * U + u) * XT];
