@@ -433,29 +433,30 @@ func (c BulkConfig) sharedBytes(in int) int {
 // Defines are the kernel's -D macros.
 func (c BulkConfig) Defines() map[string]int {
 	d := map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "CW": c.CW, "U": c.U, "NS": c.NS, "XT": c.XT}
-	if c.FP16 {
-		d["FP16"] = 1
+	// The macros whose kernel default is the field's zero (or one) value
+	// are left out then, so that those variants keep their cache keys.
+	flag := func(on bool) int {
+		if on {
+			return 1
+		}
+		return 0
 	}
-	if c.Parts > 1 {
-		d["PARTS"] = c.Parts
-	}
-	if c.WK > 1 {
-		d["WK"] = c.WK
-	}
-	if c.KS > 1 {
-		d["SPLITK"] = 1
-	}
-	if c.XHold > 0 {
-		d["XHOLD"] = c.XHold
-	}
-	if c.DP2A {
-		d["DP2A"] = 1
-	}
-	if c.Unroll > 0 {
-		d["UNR"] = c.Unroll
-	}
-	if c.XLoads > 0 {
-		d["XCB"] = c.XLoads
+	for _, m := range []struct {
+		name       string
+		value, off int
+	}{
+		{"FP16", flag(c.FP16), 0},
+		{"PARTS", c.Parts, 1},
+		{"WK", c.WK, 1},
+		{"SPLITK", flag(c.KS > 1), 0},
+		{"XHOLD", c.XHold, 0},
+		{"DP2A", flag(c.DP2A), 0},
+		{"UNR", c.Unroll, 0},
+		{"XCB", c.XLoads, 0},
+	} {
+		if m.value > m.off {
+			d[m.name] = m.value
+		}
 	}
 	return d
 }
