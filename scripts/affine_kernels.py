@@ -423,10 +423,11 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
         if "UNR" not in BULK_OVER and mt <= 2 and (u // cfg.get("PARTS", 1) // wk) % 8 == 0:
             cfg["UNR"] = 8
     # x's loads in one round at one token (Go bulkXLoads): each consumer thread loads
-    # ceil(2*groups / threads) half groups at once (14336->4096, before the residuals: 10.5 us
-    # with 2 against 11.0-11.1)
+    # ceil(pieces*groups / threads) pieces at once, a group in quarters with DP2A (the kernel's
+    # XPC), else in halves (14336->4096, before the residuals: 10.5 us with 2 against 11.0-11.1)
     if "XCB" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1:
-        n = -(-2 * (kin // group) // (32 * cfg["CW"]))
+        pieces = (BULK_OVER.get("XPC", 4) if cfg.get("DP2A") else 2)
+        n = -(-pieces * (kin // group) // (32 * cfg["CW"]))
         if n > 1:
             cfg["XCB"] = n
     return cfg
@@ -883,6 +884,21 @@ def correctness_cases(quick: bool):
     return cases
 
 
+def dp2a_residual_groups(x, group):
+    """How many (token, group)s of x DP2A's conversion gives their int8 residuals
+    (bulk.cu XLO 2: sum|residual| * sigma/XQ > 2^-10 * (sum|x| - max|x|)), of how
+    many; float64 here, so a group right at the line may fall the other way."""
+    import torch
+    xq = 8192.0 if group == 128 else 16384.0
+    g = x.double().reshape(x.shape[0], -1, group)
+    mx = g.abs().amax(dim=2, keepdim=True)
+    sigma = torch.where(mx > 0, torch.exp2(torch.ceil(torch.log2(mx.clamp_min(1e-300)))), torch.ones_like(mx))
+    v = g / sigma
+    rest = v * xq - torch.round(v * xq)
+    need = rest.abs().sum(dim=2) > (xq / 1024) * (v.abs().sum(dim=2) - (mx / sigma).squeeze(2))
+    return int(need.sum()), need.numel()
+
+
 def check(y, ref):
     import torch
     yd = y.double()
@@ -1040,6 +1056,14 @@ def bulk_correctness_cases():
         (14336, 4096, 4, 64, False, 1, dict(fp16=None, _OUTLIER=1000)),
         (8192, 1032, 4, 128, True, 1, dict(fp16=None)),
         (4096, 4104, 4, 64, True, 3, dict(fp16=1, _OUTLIER=1000)),
+        # DP2A takes x's residuals only in groups that need them (XLO 2; the cases above take
+        # them in some groups, not others): channels 16 and 30 times the rest, where every group
+        # goes without (bf16 values of at least sigma/128 are exact in int16); XLO 1 takes them
+        # everywhere
+        (4096, 4104, 4, 64, False, 1, dict(fp16=None, _OUTLIER=30)),
+        (4096, 1032, 4, 128, True, 1, dict(fp16=None, _OUTLIER=16)),
+        (8192, 1032, 4, 32, True, 1, dict(fp16=None, _OUTLIER=30)),
+        (4096, 4104, 4, 64, True, 1, dict(fp16=None, _OUTLIER=1000, XLO=1)),
         # two or more warps per stage, each with a run of its groups (WK), 16 consumer warps
         (4096, 14336, 4, 64, True, 1, dict(fp16=1, cw=16, wk=2)),
         (8192, 28672, 4, 64, False, 1, dict(fp16=1, cw=16, wk=2, ns=8)),
@@ -1117,6 +1141,8 @@ def run_bulk_correctness() -> bool:
         torch.cuda.synchronize()
         ok, detail = check(y, ref)
         n_ok += ok
+        if cfg.get("DP2A") and cfg.get("XLO", 2) == 2:
+            detail += " residuals in %d of %d groups" % dp2a_residual_groups(x, g)
         grid, _, smem = bulk_launch(cfg, t, in_f, out_f)
         desc = " ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("BITS", "GROUP"))
         print(f"{'PASS' if ok else 'FAIL'} bulk   {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t={t:<2d} bias={int(bias)}  "

@@ -75,7 +75,7 @@ def summarise(tl, cw: int, parts: int):
         pwait = wait[b, prod].astype(float)
         def since(k, w, base):   # mark k of warp w, us after base (a clock64), or nan when unset
             return us(float(mk[k][b, w] - base)) if mk[k][b, w] else float("nan")
-        rows.append(dict(gw=since(0, 0, c0[b, 0]), xcv=since(1, 0, c0[b, 0]), m13=since(3, 0, c0[b, 0]),
+        rows.append(dict(gw=since(0, 0, c0[b, 0]), xcv=since(1, 0, c0[b, 0]), xld=since(3, 0, c0[b, 0]),
                          hold=since(2, cw, c0[b, cw]),
                          start=start, end=end, first=first_data, last=last_data, tail=tail,
                          cwait=float(cwait.sum() / max(cdur.sum(), 1)),
@@ -100,7 +100,7 @@ def main():
     t = args.tokens
     print(f"{'shape':>12s} {'variant':24s} {'us':>6s} {'us tl':>6s} {'GHz':>5s} | {'span':>5s} {'start':>5s} "
           f"{'first':>5s} {'last':>5s} {'tail':>5s} {'tailmx':>6s} {'calc':>5s} {'stage':>5s} {'ready':>5s} {'pend':>5s} "
-          f"{'cwait':>5s} {'pwait':>5s} {'end':>5s} {'endmn':>5s} | {'gw':>5s} {'xcv':>5s} {'hold':>5s} {'m13':>5s}")
+          f"{'cwait':>5s} {'pwait':>5s} {'end':>5s} {'endmn':>5s} | {'gw':>5s} {'xcv':>5s} {'hold':>5s} {'xld':>5s}")
     for shape in args.shapes.split(","):
         in_f, out_f = (int(v) for v in shape.split("x"))
         wt = ak.Weights(bits, group, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
@@ -126,7 +126,7 @@ def main():
             print(f"{shape:>12s} {vtext:24s} {plain * 1e6:6.1f} {timed * 1e6:6.1f} {ghz:5.2f} | {span:5.1f} "
                   f"{max(r['start'] for r in rows):5.2f} {med('first'):5.2f} {med('last'):5.2f} {med('tail'):5.2f} "
                   f"{max(r['tail'] for r in rows):6.2f} {med('calc'):5.2f} {med('stage'):5.2f} {med('ready'):5.2f} {med('pend'):5.2f} {med('cwait'):5.2f} {med('pwait'):5.2f} "
-                  f"{med('end'):5.2f} {min(r['end'] for r in rows):5.2f} | {med('gw'):5.2f} {med('xcv'):5.2f} {med('hold'):5.2f} {med('m13'):5.2f}  "
+                  f"{med('end'):5.2f} {min(r['end'] for r in rows):5.2f} | {med('gw'):5.2f} {med('xcv'):5.2f} {med('hold'):5.2f} {med('xld'):5.2f}  "
                   f"[MT={cfg['MT']} CW={cw} U={cfg['U']} NS={cfg['NS']} PARTS={parts} WK={cfg.get('WK', 1)} "
                   f"FP16={cfg.get('FP16', 0)} grid={grid[0]}]", flush=True)
             if args.blocks:
@@ -140,7 +140,7 @@ def main():
           "each warp's start; warps without stages left out); tail: block end after its last stage came (median, max); calc: of that, until the last flush began (rough: the compiler may move the clock read across the arithmetic); stage: a consumer warp's busy time per wait; ready: share of consumer waits whose data was there at the first poll; pend: producer's last "
           "copy issued; cwait/pwait: share of consumer/producer time spent waiting; end: block end (median, min); "
           "gw/xcv: when consumer warp 0's wait for the grid ahead ended and x was converted; hold: when the producer "
-          "went past its hold; m13: consumer warp 0's mark 13, free for the code under study (medians, us from each "
+          "went past its hold; xld: when consumer warp 0's first loads of x landed (medians, us from each "
           "warp's start; nan: not recorded)")
 
 

@@ -128,19 +128,31 @@ func bulkWideOneToken(req sdk.Request, ks int) bool {
 
 // bulkXLoads is the items of x each consumer thread loads at once as it
 // converts x (XCB in the kernel; 0: the kernel's default): at one token
-// with fp16 operands, enough that every load flies in one round (each
-// item is half a group). 14336->4096 (448 items on 256 threads, DP2A
-// without x's residuals): 10.5 us with 2 against 11.0-11.1 with 1; 4 (64
-// registers of loads) was 11.1.
+// with fp16 operands, enough that every load flies in one round. An item
+// is half a group, or with DP2A a quarter (bulkDP2APieces). 14336->4096
+// (448 halves on 256 threads, DP2A without x's residuals): 10.5 us with 2
+// against 11.0-11.1 with 1; 4 (64 registers of loads) was 11.1.
 func bulkXLoads(req sdk.Request, c BulkConfig) int {
 	if req.Tokens != 1 || !c.FP16 || c.KS > 1 {
 		return 0
 	}
-	if n := ceilDiv(2*(req.InFeatures/c.Group), 32*c.CW); n > 1 {
+	pieces := 2
+	if c.DP2A {
+		pieces = bulkDP2APieces
+	}
+	if n := ceilDiv(pieces*(req.InFeatures/c.Group), 32*c.CW); n > 1 {
 		return n
 	}
 	return 0
 }
+
+// bulkDP2APieces is the lanes that convert each group of x together with
+// DP2A (the kernel's XPC default): a quarter group each, so that at 4096
+// inputs every consumer thread converts (twenty-sixth session, one token,
+// us, against halves in the same call: 4096->14336 9.7 against 9.9,
+// 4096x4096 4.1 against 4.4, 14336->4096 10.0 against 10.7 (4 quarters a
+// thread against 2 halves), 8192->28672 32.4 against 32.6).
+const bulkDP2APieces = 4
 
 // bulkDP2A says whether the variant takes one token on the integer pipes
 // (DP2A in the kernel), and the unroll it takes then. At one token the

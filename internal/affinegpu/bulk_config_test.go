@@ -42,12 +42,12 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// where 32-row tiles keep a ring of 8 stages of 8 warps, x's loads
 		// in one round (not 13824->5120 below, whose fp16 ring would keep
 		// four warps, nor past 16384 inputs, 28672->8192 below)
-		{a(1, 14336, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 2}, 203440},
-		{a(1, 8192, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 183472},
+		{a(1, 14336, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 4}, 203440},
+		{a(1, 8192, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 2}, 183472},
 		{a(1, 28672, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, Parts: 2}, 197920},
-		{a(1, 8192, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, XHold: 4, DP2A: true}, 208176},
+		{a(1, 8192, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, XHold: 4, DP2A: true, XLoads: 2}, 208176},
 		{a(1, 8192, 8192, 8, 64, false), BulkConfig{Bits: 8, Group: 64, MT: 2, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, Parts: 2}, 173344},
-		{a(1, 16384, 16384, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 4}, 230576},
+		{a(1, 16384, 16384, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 8}, 230576},
 		// x ahead of half the ring (XHold) only at one token with fp16, a
 		// ring of 8 and blocks of 5 to 24 stages: 4096->14336 and 8192x8192
 		// above take it, 4096x4096 (4 stages) and 8192->28672 (56) above
@@ -59,7 +59,7 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// DP2A's int8 residuals of x: the mma
 		{a(1, 7168, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 16, NS: 8, XT: 1, FP16: true, Parts: 2, XLoads: 2}, 232240},
 		// 64-row tiles would leave room for four warps only: 32-row tiles
-		{a(1, 8192, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 2}, 201904},
+		{a(1, 8192, 8192, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 32, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 4}, 201904},
 		{a(1, 1024, 8192, 4, 64, true), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, DP2A: true}, 184880},
 		{a(1, 8192, 8192, 4, 128, false), BulkConfig{Bits: 4, Group: 128, MT: 2, CW: 8, WK: 2, U: 8, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true}, 174256},
 		{a(1, 4096, 4096, 8, 32, false), BulkConfig{Bits: 8, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, Parts: 1}, 173216},
@@ -77,10 +77,10 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// several tiles per block, but 56 groups would leave two warps: 8
 		{a(1, 3584, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 176848},
 		// 64-row tiles keep half of want and one warp per stage
-		{a(1, 2304, 16896, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true}, 206032},
+		{a(1, 2304, 16896, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 4, CW: 8, WK: 1, U: 8, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, XLoads: 2}, 206032},
 		// one tile per block: half of want, as before
 		{a(1, 1536, 1032, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 1, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 96848},
-		{a(1, 4608, 4096, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 2}, 197712},
+		{a(1, 4608, 4096, 4, 32, false), BulkConfig{Bits: 4, Group: 32, MT: 2, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 3}, 197712},
 		{a(1, 18944, 3584, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 8, NS: 16, XT: 1, Parts: 1}, 197952},
 		// 32-row tiles that give the busiest block more m-tiles than
 		// 16-row ones are taken only with fp16 operands (4096->14336 q4
@@ -88,7 +88,7 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// more than 8192 inputs) 16-row tiles in two parts; at 2048
 		// outputs (twice the m-tiles) 16-row tiles
 		{a(1, 4096, 14336, 8, 64, false), BulkConfig{Bits: 8, Group: 64, MT: 1, CW: 8, WK: 1, U: 8, NS: 16, XT: 1, Parts: 2}, 190016},
-		{a(1, 10240, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 2}, 190128},
+		{a(1, 10240, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 3}, 190128},
 		{a(1, 4096, 2048, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 1, CW: 8, WK: 2, U: 16, NS: 16, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8}, 170320},
 		// above 8 tokens (4 bits): K slices whose fp16 x is at most 64 KiB,
 		// leaving the fewest SMs idle and then the most slices; 512-byte
@@ -157,7 +157,11 @@ func TestBulkDefinesNameTheIntegerPathAtOneToken(t *testing.T) {
 	down, why := ChooseBulk(a(1, 14336, 4096, 4, 64, false), 132, bulkMaxShared)
 	assert.Empty(t, why)
 	assert.Equal(t, 1, down.Defines()["DP2A"], "up to 16384 inputs at one token")
-	assert.Equal(t, 2, down.Defines()["XCB"], "448 half groups of x on 256 threads: two each, in one round")
+	assert.Equal(t, 4, down.Defines()["XCB"], "896 quarter groups of x on 256 threads: four each, in one round")
+
+	mid, why := ChooseBulk(a(1, 4096, 4096, 8, 64, false), 132, bulkMaxShared)
+	assert.Empty(t, why)
+	assert.NotContains(t, mid.Defines(), "XCB", "8 bits: bf16 x staged, nothing converted")
 
 	wide, why := ChooseBulk(a(1, 8192, 8192, 4, 64, false), 132, bulkMaxShared)
 	assert.Empty(t, why)
