@@ -405,8 +405,10 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
     # busiest block of more than half a ring and at most three rings of stages (twenty-first
     # session: 4096->14336 10.9-11.0 us against 11.6-11.7, 4096->6144 6.3 against 7.3-7.4)
     # (and 1 KiB of shared memory to spare: the hold's mbarrier is static, ahead of the 1024-aligned dynamic part)
+    # (not past 8192 inputs, where x's conversion is the longer hold: twenty-sixth session,
+    # 14336->4096 9.7 us without against 9.8-9.9 with)
     if ("XHOLD" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1 and ns == 8
-            and bulk_smem_bytes(cfg, in_f) + 1024 <= BULK_MAX_SMEM):
+            and in_f <= 8192 and bulk_smem_bytes(cfg, in_f) + 1024 <= BULK_MAX_SMEM):
         tiles = -(-out_f // (16 * mt))
         stages = -(-tiles // max(1, sms * bps)) * (kin // (u * group))   # the busiest block's
         if ns // 2 < stages <= 3 * ns:

@@ -226,9 +226,14 @@ const (
 // 56: 33.0-33.6 against 32.8; nothing between 28 and 56 was measured),
 // and so did rings of 16 stages (3584->18944 13.8-13.9 against 13.3,
 // 2304->16896 in groups of 32 8.8 against 8.7). Variants within
-// bulkXHoldPad of maxShared are left alone.
+// bulkXHoldPad of maxShared are left alone, and so are those wider than
+// bulkMaxFP16In (bulkWideOneToken), whose conversion of x is the longer
+// hold: twenty-sixth session, same call, four rounds, us, without against
+// with: 14336->4096 9.7 against 9.8-9.9, 10240->14336 23.4 against 23.4
+// (narrower: 4096->6144 6.4 against 5.3, 5120->13824 12.3 against 11.9).
 func bulkXHold(req sdk.Request, c BulkConfig, sms, maxShared int) int {
-	if req.Tokens != 1 || !c.FP16 || c.KS > 1 || c.NS != bulkXHoldRing || c.sharedBytes(req.InFeatures)+bulkXHoldPad > maxShared {
+	if req.Tokens != 1 || !c.FP16 || c.KS > 1 || c.NS != bulkXHoldRing || req.InFeatures > bulkMaxFP16In ||
+		c.sharedBytes(req.InFeatures)+bulkXHoldPad > maxShared {
 		return 0
 	}
 	stages := ceilDiv(ceilDiv(req.OutFeatures, 16*c.MT), max(sms, 1)) * (req.InFeatures / (c.U * c.Group))

@@ -42,7 +42,7 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// where 32-row tiles keep a ring of 8 stages of 8 warps, x's loads
 		// in one round (not 13824->5120 below, whose fp16 ring would keep
 		// four warps, nor past 16384 inputs, 28672->8192 below)
-		{a(1, 14336, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8, XLoads: 4}, 203440},
+		{a(1, 14336, 4096, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 4}, 203440},
 		{a(1, 8192, 28672, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, DP2A: true, Unroll: 8, XLoads: 2}, 183472},
 		{a(1, 28672, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, Parts: 2}, 197920},
 		{a(1, 8192, 8192, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 4, CW: 8, WK: 1, U: 8, NS: 8, XT: 1, FP16: true, Parts: 2, XHold: 4, DP2A: true, XLoads: 2}, 208176},
@@ -51,7 +51,8 @@ func TestBulkRuleMatchesTheHarness(t *testing.T) {
 		// x ahead of half the ring (XHold) only at one token with fp16, a
 		// ring of 8 and blocks of 5 to 24 stages: 4096->14336 and 8192x8192
 		// above take it, 4096x4096 (4 stages) and 8192->28672 (56) above
-		// and 3584->18944 (a ring of 16) below do not, nor 4 tokens
+		// and 3584->18944 (a ring of 16) below do not, nor 4 tokens, nor
+		// 14336->4096 above (past 8192 inputs)
 		{a(1, 4096, 6144, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 1, FP16: true, Parts: 1, XHold: 4, DP2A: true, Unroll: 8}, 170160},
 		{a(4, 4096, 14336, 4, 64, false), BulkConfig{Bits: 4, Group: 64, MT: 2, CW: 8, WK: 2, U: 16, NS: 8, XT: 4, FP16: true, Parts: 1}, 193760},
 		// within 1 KiB of the shared memory (the hold's static mbarrier may
@@ -158,6 +159,7 @@ func TestBulkDefinesNameTheIntegerPathAtOneToken(t *testing.T) {
 	assert.Empty(t, why)
 	assert.Equal(t, 1, down.Defines()["DP2A"], "up to 16384 inputs at one token")
 	assert.Equal(t, 4, down.Defines()["XCB"], "896 quarter groups of x on 256 threads: four each, in one round")
+	assert.NotContains(t, down.Defines(), "XHOLD", "past 8192 inputs the producer does not wait for x")
 
 	mid, why := ChooseBulk(a(1, 4096, 4096, 8, 64, false), 132, bulkMaxShared)
 	assert.Empty(t, why)
