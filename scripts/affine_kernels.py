@@ -416,7 +416,9 @@ def _bulk_config_u(bits, group, tokens, in_f, out_f, sms, mt, cw, u, ns, bps, fp
     # one token on the integer pipes (Go bulkDP2A): fp16 operands (x converted per block) at one
     # token, unsliced, take x as int16 and its int8 residuals, dp2a and dp4a, no mma (twenty-fifth
     # session: the SM at 1.97 GHz against 1.79; 4096->14336 10.3 us against 10.6 with the mma,
-    # both with 8 groups unrolled where a warp's run is a multiple of 8 in 16- and 32-row tiles)
+    # both with 8 groups unrolled where a warp's run is a multiple of 8 in 16- and 32-row tiles;
+    # twenty-sixth: the residuals only in groups that need them (the kernel's XLO), x converted
+    # on four lanes a group (XPC): 9.7 us)
     # (where x's int8 residuals still fit beside the ring, and the hold's 1 KiB)
     dp2a = dict(cfg, DP2A=1)
     if ("DP2A" not in BULK_OVER and tokens == 1 and cfg.get("FP16") and ks == 1

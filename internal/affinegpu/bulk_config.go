@@ -164,10 +164,18 @@ const bulkDP2APieces = 4
 // 2^-13 in groups of 128) and what that leaves to int8 (in units 128 times
 // finer: x's small values beside a group's outlier keep their precision,
 // which int16 alone lost at channels 100 times the rest), and each lane
-// adds its values of a row and group (16 in groups of 64) with dp2a and
-// dp4a, exact in 32 bits, the four lanes of a row meeting once per tile.
-// It takes in bytes more of shared memory (the int8 residuals), so it
-// applies where those still fit (with the hold's pad where it holds).
+// adds its values of a row and group (16 in groups of 64) with dp2a,
+// exact in 32 bits, the four lanes of a row meeting once per tile; the
+// residuals' products (dp4a) only in the groups whose int16 values erred
+// by more than 2^-10 of the values but their largest (the kernel's XLO;
+// bf16 values in [-1, 1] are exact in int16 down to 1/128, so random
+// inputs need them nowhere, outlier channels in their groups). It takes
+// in bytes more of shared memory (the int8 residuals), so it applies where
+// those still fit (with the hold's pad where it holds). Twenty-sixth
+// session: with x converted in about 10 instructions a value on four
+// lanes a group (bulkDP2APieces) and the residuals only where needed,
+// 4096->14336 9.7 us, 14336->4096 9.8, 4096x4096 4.1, 8192->28672 32.4
+// (the final run; 10.3, 11.0, 4.6 and 32.5 in the twenty-fifth's).
 // Same call, one token, us, with 8 groups unrolled where a warp's run
 // (U/Parts/WK) is a multiple of 8 in 16- and 32-row tiles, against the mma
 // (with the same unroll): 4096->14336 10.3 against 10.6, 4096x4096 4.7

@@ -84,7 +84,12 @@
 // against 4.7, 4096->6144 6.0 against 6.1, 8192->28672 32.2 against 32.2
 // (the mma with UNR 4: 10.9, 4.8, 6.3, 32.0), with the residuals in every
 // group. The conversion (kc_convert_x_int) costs about 10 instructions a
-// value, on four lanes a group (XPC).
+// value, on four lanes a group (XPC). With both (twenty-sixth session, the
+// final run, us): 4096->14336 9.7, 14336->4096 9.8 (no hold past 8192
+// inputs), 4096x4096 4.1, 8192->28672 32.4; the conversion alone, same
+// call, against the one before it (about 20 instructions a value, two
+// lanes a group): 4096->14336 9.9 against 10.2, 14336->4096 10.7 against
+// 11.2, 4096x4096 4.4 against 4.5.
 //
 // XLO (DP2A): which groups get x's residuals. int16 alone rounds each
 // value by at most sigma/(2*XQ); bf16 values of at least sigma/128 are
@@ -810,8 +815,8 @@ KC_DEV void kc_store(u16* y, const u16* bias, int out, int tok, int row, float v
 // waits that found their barrier complete at the first poll, and clock64
 // when the warp's last flush of sums began, then clock64 marks: 10 when a
 // consumer's wait for the grid ahead ended, 11 when x was converted (after
-// the consumers' barrier), 12 when the producer went past its hold (XHOLD);
-// 13 is free for the code under study.
+// the consumers' barrier), 12 when the producer went past its hold (XHOLD),
+// 13 when a consumer's first loads of x landed.
 __device__ unsigned long long kc_tl[1024][32][16];
 KC_DEV unsigned long long kc_gtime() {
     unsigned long long t;
