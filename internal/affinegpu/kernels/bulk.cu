@@ -86,10 +86,10 @@
 // group. The conversion (kc_convert_x_int) costs about 10 instructions a
 // value, on four lanes a group (XPC). With both (twenty-sixth session, the
 // final run, us): 4096->14336 9.7, 14336->4096 9.8 (no hold past 8192
-// inputs), 4096x4096 4.1, 8192->28672 32.4; the conversion alone, same
-// call, against the one before it (about 20 instructions a value, two
-// lanes a group): 4096->14336 9.9 against 10.2, 14336->4096 10.7 against
-// 11.2, 4096x4096 4.4 against 4.5.
+// inputs), 4096x4096 4.1, 8192->28672 32.4. The conversion alone, still
+// on two lanes a group, read 9.9 / 10.7 / 4.4 at the first three (call
+// 4); the one before it (about 20 instructions a value) 10.2 / 11.2 / 4.5
+// (call 2, the same machine).
 //
 // XLO (DP2A): which groups get x's residuals. int16 alone rounds each
 // value by at most sigma/(2*XQ); bf16 values of at least sigma/128 are
