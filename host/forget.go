@@ -40,9 +40,13 @@ func (p *Plugin) forget(ctx context.Context, handles []device.Handle) error {
 	defer cancel()
 	err := rpc.Release(ctx, "", handles)
 	switch {
-	case err == nil, errors.Is(err, sdk.ErrUnavailable) && ctx.Err() == nil:
+	case err == nil, client.Exited():
 		return nil // answered, or the process died under the call
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, errors.Is(err, sdk.ErrUnavailable):
+		// No answer in time, or none with the process alive. The call's
+		// own deadline may end it a moment before ctx reports it (seen as
+		// "unavailable: context deadline exceeded" with ctx.Err() still
+		// nil), so a live process that did not answer is killed either way.
 		p.killGeneration(gen, fmt.Sprintf("forget did not answer within %s", forgetTimeout))
 		return nil
 	}
