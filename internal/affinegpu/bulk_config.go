@@ -237,8 +237,8 @@ const (
 // bulkXHoldPad of maxShared are left alone, and so are those wider than
 // bulkMaxFP16In (bulkWideOneToken), whose conversion of x is the longer
 // hold: twenty-sixth session, same call, four rounds, us, without against
-// with: 14336->4096 9.7 against 9.8-9.9, 10240->14336 23.4 against 23.4
-// (narrower: 4096->6144 6.4 against 5.3, 5120->13824 12.3 against 11.9).
+// with: 14336->4096 9.7 against 9.8-9.9 (narrower: 4096->6144 6.4 against
+// 5.3, 5120->13824 12.3 against 11.9).
 func bulkXHold(req sdk.Request, c BulkConfig, sms, maxShared int) int {
 	if req.Tokens != 1 || !c.FP16 || c.KS > 1 || c.NS != bulkXHoldRing || req.InFeatures > bulkMaxFP16In ||
 		c.sharedBytes(req.InFeatures)+bulkXHoldPad > maxShared {

@@ -101,7 +101,7 @@
 // those values would be, with a factor of 2 to spare. Random inputs skip
 // them everywhere (bf16 in [-1, 1] is exact down to 1/128); the harness's
 // cases with channels 100 and 1000 times the rest take them in 22 of 64,
-// 20 of 64 and 139 of 224 groups. Twenty-sixth session, same call, one
+// 20 of 64, 32 of 32 and 139 of 224 groups. Twenty-sixth session, same call, one
 // token, us, with the old conversion, against residuals everywhere (XLO
 // 1) and none (XLO 0, wrong beside outliers): 4096->14336 10.2 / 10.3 /
 // 10.1, 14336->4096 11.2 / 11.6 / 11.4, 4096x4096 4.5 / 4.7 / 4.4,
@@ -447,7 +447,7 @@ typedef unsigned short u16;
 // 1.5*2^23)
 #define XQ (GROUP == 128 ? 8192.f : 16384.f)
 #ifndef XLO
-#define XLO 2     // DP2A: x's int8 residuals for every group (1) or only where a group needs them (2); see XLO at the top
+#define XLO 2     // DP2A: x's int8 residuals where a group needs them (2), in every group (1) or none (0); see XLO at the top
 #endif
 #ifndef UNR
 #define UNR 4     // groups of a stage unrolled together in the consumer loop
@@ -637,12 +637,6 @@ KC_DEV int kc_dp4a(u32 a, u32 b, int c) {
     int d;
     asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
-}
-// int16 pair (lo, hi) of two ints in range.
-KC_DEV u32 kc_i16x2(int lo, int hi) { return ((u32)lo & 0xFFFFu) | ((u32)hi << 16); }
-// int8 bytes (b0, b1, b2, b3) of four ints in range.
-KC_DEV u32 kc_i8x4(int b0, int b1, int b2, int b3) {
-    return ((u32)b0 & 0xFFu) | (((u32)b1 & 0xFFu) << 8) | (((u32)b2 & 0xFFu) << 16) | ((u32)b3 << 24);
 }
 
 // Half k (0 low, 1 high) of a word of two bf16, as a float.
@@ -887,9 +881,10 @@ KC_DEV u32 kc_absmax2(u32 m, u32 w) {
 // the group's x sum (from the int values) and sigma/(128*XQ), or 0 where
 // the group goes without its residuals (XLO). sigma = 2^e, the smallest
 // power of two >= the group's max|x| (1 for zeros). Each value costs about
-// 10 instructions: the max on the bf16 bits, three fused multiply-adds and
-// two adds, and the int16 and int8 values taken from the low bytes of the
-// floats 1.5*2^23 + v (whose low 16 bits are v's two's complement) by prmt.
+// 10 instructions: the max on the bf16 bits, its unpacking, three fused
+// multiply-adds, a subtraction and two sums, and its share of the prmt
+// that take the int16 and int8 values from the low bytes of the floats
+// 1.5*2^23 + v (whose low 16 bits are v's two's complement).
 KC_DEV void kc_convert_x_int(const u16* __restrict__ x, int k0, int groups, unsigned char* xres,
                              unsigned char* xlo, float4* xcon, volatile int* xany, kc_timeline& tl) {
     constexpr int PV = GROUP / XPC;   // values a lane takes of its group
