@@ -38,17 +38,19 @@ func (p *Plugin) forget(ctx context.Context, handles []device.Handle) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
 	defer cancel()
+	deadline, _ := ctx.Deadline()
 	err := rpc.Release(ctx, "", handles)
 	switch {
-	case err == nil, client.Exited():
-		return nil // answered, or the process died under the call
-	case ctx.Err() != nil, errors.Is(err, sdk.ErrUnavailable):
-		// No answer in time, or none with the process alive. The call's
-		// own deadline may end it a moment before ctx reports it (seen as
-		// "unavailable: context deadline exceeded" with ctx.Err() still
-		// nil), so a live process that did not answer is killed either way.
+	case err == nil:
+		return nil
+	case ctx.Err() != nil, !time.Now().Before(deadline):
+		// No answer in time. The call's own deadline may end it a moment
+		// before ctx reports it (seen as "unavailable: context deadline
+		// exceeded" with ctx.Err() still nil), hence the clock.
 		p.killGeneration(gen, fmt.Sprintf("forget did not answer within %s", forgetTimeout))
 		return nil
+	case errors.Is(err, sdk.ErrUnavailable):
+		return nil // the process died under the call
 	}
 	return fmt.Errorf("plugin %s: forget: %w", p.bin.name, err)
 }
