@@ -43,10 +43,11 @@ func (p *Plugin) forget(ctx context.Context, handles []device.Handle) error {
 	switch {
 	case err == nil:
 		return nil
-	case ctx.Err() != nil, !time.Now().Before(deadline):
-		// No answer in time. The call's own deadline may end it a moment
-		// before ctx reports it (seen as "unavailable: context deadline
-		// exceeded" with ctx.Err() still nil), hence the clock.
+	case !time.Now().Before(deadline):
+		// No answer in time. Read from the clock, not ctx.Err(): the call's
+		// own deadline may end it a moment before ctx reports it (seen as
+		// "unavailable: context deadline exceeded" with ctx.Err() still nil),
+		// and ctx has no other way to end (WithoutCancel).
 		p.killGeneration(gen, fmt.Sprintf("forget did not answer within %s", forgetTimeout))
 		return nil
 	case errors.Is(err, sdk.ErrUnavailable):
