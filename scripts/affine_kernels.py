@@ -925,6 +925,24 @@ def check(y, ref):
     return ok, detail
 
 
+def check_nonfinite(y, ref, bad: str):
+    """check for an x whose token 0 holds bad ("nan", "inf" or "-inf"): token 0's outputs must
+    all be NaN (for an infinity, NaN or the reference's infinity), the other tokens' as check."""
+    import torch
+    y0, r0 = y[0].double(), ref[0]
+    if bad == "nan":
+        ok0 = bool(torch.isnan(y0).all())
+    else:
+        ok0 = bool((torch.isnan(y0) | (torch.isinf(r0) & (y0 == r0))).all())
+    detail = f"token 0: {int(torch.isnan(y0).sum())} NaN, {int(torch.isinf(y0).sum())} inf of {y0.numel()}"
+    if not ok0:
+        detail += f" (want every one NaN{'' if bad == 'nan' else ' or the reference infinity'})"
+    if y.shape[0] == 1:
+        return ok0, detail
+    ok, rest = check(y[1:], ref[1:])
+    return ok0 and ok, detail + "; other tokens " + rest
+
+
 def run_correctness(quick: bool) -> bool:
     import torch
     self_check_packing()
@@ -1110,6 +1128,15 @@ def bulk_correctness_cases():
         (8192, 1000, 8, 64, False, 5, dict(ks=4, mt=2)),
         (4096, 1032, 4, 64, True, 1, dict(ks=2, fp16=1, _GRID=1)),
         (14336, 4096, 4, 64, False, 16, dict(ks=7, fp16=1, mt=4)),
+        # a NaN or an infinity in one token's x: every output of that token is NaN (DP2A has
+        # no int16 form for it; for an infinity the float product may be an infinity, and
+        # either passes), the other tokens' are as without it
+        (4096, 4104, 4, 64, True, 1, dict(fp16=None, _NONFINITE="nan")),
+        (4096, 4104, 4, 64, False, 1, dict(fp16=None, _NONFINITE="inf")),
+        (14336, 4096, 4, 64, True, 1, dict(fp16=None, _NONFINITE="-inf")),
+        (4096, 4104, 4, 64, True, 3, dict(fp16=None, _NONFINITE="nan")),
+        (4096, 4104, 4, 64, False, 3, dict(fp16=None, _NONFINITE="inf")),
+        (4096, 14336, 4, 64, True, 16, dict(ks=2, fp16=1, _NONFINITE="nan")),
     ]
     return cases
 
@@ -1140,10 +1167,16 @@ def run_bulk_correctness() -> bool:
         x = (torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1).to(torch.bfloat16)
         if over.get("_OUTLIER"):   # every 97th input channel that many times larger
             x[:, ::97] *= over["_OUTLIER"]
+        bad = over.get("_NONFINITE")
+        if bad:   # token 0's input 1000 (the other tokens stay finite)
+            x[0, 1000] = float(bad)
         ref = wt.reference(x)
         y, _ = run_kernel("bulk", wt, x, t, cfg)
         torch.cuda.synchronize()
-        ok, detail = check(y, ref)
+        if bad:
+            ok, detail = check_nonfinite(y, ref, bad)
+        else:
+            ok, detail = check(y, ref)
         n_ok += ok
         if cfg.get("DP2A") and cfg.get("XLO", 2) == 2:
             detail += " residuals in %d of %d groups" % dp2a_residual_groups(x, g)

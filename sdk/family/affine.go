@@ -17,6 +17,10 @@ func (affineContract) RandomSample(req spec.Request, seed uint64) spec.Sample {
 	return affine.RandomSample(req, seed)
 }
 
+func (affineContract) NonFiniteSample(req spec.Request, seed uint64) spec.Sample {
+	return affine.NonFiniteSample(req, seed)
+}
+
 func (affineContract) RandomInputs(req spec.Request, seed uint64) map[string][]byte {
 	return affine.RandomInputs(req, seed)
 }

@@ -60,7 +60,9 @@ func checkAdmission(t *testing.T, ctx context.Context, p sdk.Plugin, d sdk.Descr
 
 // checkNumerics runs every admitted candidate on each of the family's test
 // requests on dev, with a fixed pattern and fresh random inputs, poisoning
-// the outputs first, and compares with the float64 reference.
+// the outputs first, and compares with the float64 reference; then once
+// more with inputs that hold a NaN and an infinity (the family's
+// NonFiniteSample), which must come out as the reference has them.
 func checkNumerics(t *testing.T, ctx context.Context, p sdk.Plugin, d sdk.Description, dev device.Device, requests func(sdk.Family) []sdk.Request) {
 	if len(d.Candidates) == 0 {
 		t.Skip("the plugin offers no candidates")
@@ -88,6 +90,11 @@ func checkNumerics(t *testing.T, ctx context.Context, p sdk.Plugin, d sdk.Descri
 					assert.LessOrEqual(t, relErr, 1e-2, "relative error against the float64 reference")
 					t.Logf("%s %s: relative error %.2e", c.Name, req.Key(), relErr)
 				}
+				// NaN and infinities in the inputs come out as the float64
+				// reference has them, and stay in their own tokens' outputs.
+				sample := contract.NonFiniteSample(req, seed+uint64(i))
+				out := runCandidate(t, ctx, p, dev, contract, req, c.Name, sample)
+				require.NoError(t, contract.SpotCheck(req, sample, out, spotElements), "gate against the float64 reference, inputs with a NaN and an infinity")
 			})
 		}
 	}

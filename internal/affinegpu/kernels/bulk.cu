@@ -973,7 +973,10 @@ KC_DEV void kc_convert_x_int(const u16* __restrict__ x, int k0, int groups, unsi
                 // by 1.5*2^23) and, with XLO 1, sigma'/128 (the residuals' sum too); a
                 // quarter of the group's x sum (each of 4 lanes adds b times it);
                 // sigma'/128, or 0 where the group goes without its residuals
-                const float sq = __uint_as_float((u32)(127 - XQBITS + e) << 23);
+                // A group with a NaN or an infinity (bits at or above 0x7F80) has
+                // no int16 form: its sigma' is NaN, so every sum it meets is NaN,
+                // as a float product's would be (for an infinity, not its sign).
+                const float sq = mb >= 0x7F80u ? __uint_as_float(0x7FC00000u) : __uint_as_float((u32)(127 - XQBITS + e) << 23);
                 xcon[gi] = make_float4(sq, -M * sq * (XLO == 1 ? 1.f + 1.f / 128.f : 1.f),
                                        0.25f * sq * ((float)siv + (float)sir * (1.f / 128.f)), need ? sq * (1.f / 128.f) : 0.f);
                 if (need) *xany = 1;
@@ -1207,9 +1210,13 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
                 E += __shfl_xor_sync(0xFFFFFFFFu, E, 1);
                 O += __shfl_xor_sync(0xFFFFFFFFu, O, 1);
                 // sigma = 2^e, the smallest power of two >= mx (1 for an all-zero group).
+                // An infinity (fmaxf passes NaN over) makes both NaN, so that the
+                // group's sums are NaN rather than infinities of either sign.
                 const u32 mb = __float_as_uint(mx);
                 const int e = mx == 0.f ? 0 : (int)((mb >> 23) & 0xFF) - 127 + ((mb & 0x7FFFFF) != 0);
-                const float sigma = __uint_as_float((u32)(127 + e) << 23), inv = __uint_as_float((u32)(127 - e) << 23);
+                const bool inf = mb >= 0x7F800000u;
+                const float sigma = inf ? __uint_as_float(0x7FC00000u) : __uint_as_float((u32)(127 + e) << 23);
+                const float inv = inf ? sigma : __uint_as_float((u32)(127 - e) << 23);
                 if (valid) {
                     kc_u4* dst = reinterpret_cast<kc_u4*>(xres + r * xrstride + (gi * GROUP + half * (GROUP / 2)) * 2);
 #pragma unroll

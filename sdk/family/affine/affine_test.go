@@ -138,6 +138,62 @@ func TestGate(t *testing.T) {
 	assert.Error(t, Check(ok[:2], want), "short output")
 }
 
+// TestGateAgainstNonFiniteReferences: where the float64 reference is NaN
+// the output must be NaN, where it is an infinity that infinity or NaN;
+// against another output (the tuner's comparison) nothing non-finite passes.
+func TestGateAgainstNonFiniteReferences(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	want := []float64{nan, inf, -inf, 2}
+	f := func(v ...float64) []byte {
+		out := make([]float32, len(v))
+		for i, x := range v {
+			out[i] = float32(x)
+		}
+		return bf16.Encode(out)
+	}
+	assert.NoError(t, Check(f(nan, inf, -inf, 2), want))
+	assert.NoError(t, Check(f(nan, nan, nan, 2), want), "NaN for an infinity: its sign may be lost")
+	for i, got := range [][]byte{
+		f(0, inf, -inf, 2),    // a number for NaN
+		f(nan, 1e30, -inf, 2), // a number for an infinity
+		f(nan, -inf, -inf, 2), // the wrong infinity
+		f(nan, inf, inf, 2),
+		f(nan, inf, -inf, nan), // NaN where the reference is finite
+	} {
+		var ge *GateError
+		require.ErrorAs(t, Check(got, want), &ge, "case %d", i)
+		assert.Equal(t, 1, ge.Failed, "case %d", i)
+	}
+	ref := f(nan, inf, -inf, 2)
+	var ge *GateError
+	require.ErrorAs(t, CheckAgainst(ref, ref), &ge)
+	assert.Equal(t, 3, ge.Failed, "CheckAgainst passes no non-finite element")
+}
+
+// TestNonFiniteSample: the first token's reference is NaN everywhere, the
+// last token's infinite or NaN, the others' finite and as RandomSample's.
+func TestNonFiniteSample(t *testing.T) {
+	req := request(3, 256, 40, 4, 64)
+	req.Bias = true
+	s := NonFiniteSample(req, 5)
+	plain := RandomSample(req, 5)
+	ref := Reference(req, s.Weights, s.Inputs[X])
+	want := Reference(req, plain.Weights, plain.Inputs[X])
+	out := req.OutFeatures
+	for o := range out {
+		assert.True(t, math.IsNaN(ref[o]), "token 0, output %d: %g", o, ref[o])
+		last := ref[2*out+o]
+		assert.True(t, math.IsNaN(last) || math.IsInf(last, 0), "token 2, output %d: %g", o, last)
+		assert.Equal(t, want[out+o], ref[out+o], "token 1, output %d", o)
+	}
+	one := req
+	one.Tokens = 1
+	x := NonFiniteSample(one, 5).Inputs[X]
+	for i := range one.InFeatures {
+		assert.Equal(t, i == one.InFeatures/3, math.IsNaN(float64(bf16.Get(x, i))), "input %d", i)
+	}
+}
+
 // TestGateAcrossChunks checks a gate spread over goroutines counts every
 // failure and names the first of the worst elements, wherever they fall.
 func TestGateAcrossChunks(t *testing.T) {

@@ -9,6 +9,11 @@ import (
 
 // Gate tolerances: a result passes when |got−ref| ≤ max(AbsoluteTolerance,
 // RelativeTolerance·|ref|) at every element and every element is finite.
+// Against the float64 reference (Check) an element whose reference is not
+// finite, from a NaN or an infinity in the inputs, passes when it is NaN,
+// or, for an infinite reference, that infinity: a kernel may lose an
+// infinity's sign (0·∞ and ∞−∞ are NaN) but must not turn either into a
+// number.
 const (
 	AbsoluteTolerance = 0.125
 	RelativeTolerance = 0.01
@@ -40,21 +45,25 @@ func (e *GateError) Error() string {
 	return fmt.Sprintf("affine gate: %d of %d elements out of tolerance; worst %s", e.Failed, e.Total, e.Worst)
 }
 
-// Check compares a bf16 output against reference values and returns nil
-// when it passes the gate, or a *GateError naming the worst element.
+// Check compares a bf16 output against float64 reference values and
+// returns nil when it passes the gate, or a *GateError naming the worst
+// element. Where a reference value is NaN or infinite the output must be
+// NaN or that infinity (see the tolerances).
 func Check(got []byte, want []float64) error {
 	if len(got) != 2*len(want) {
 		return &GateError{Worst: Mismatch{Index: -1, Excess: math.Inf(1)}, Failed: len(want), Total: len(want)}
 	}
-	return gate(len(want), func(i int) float64 { return want[i] }, got)
+	return gate(len(want), func(i int) float64 { return want[i] }, got, true)
 }
 
 // CheckAgainst compares two bf16 outputs, treating ref as the reference.
+// Every element must be finite, ref's too: the tuner compares outputs of
+// finite samples, where a non-finite fallback is a fault, not a reference.
 func CheckAgainst(got, ref []byte) error {
 	if len(got) != 2*(len(ref)/2) {
 		return &GateError{Worst: Mismatch{Index: -1, Excess: math.Inf(1)}, Failed: len(ref) / 2, Total: len(ref) / 2}
 	}
-	return gate(len(ref)/2, func(i int) float64 { return float64(bf16.Get(ref, i)) }, got)
+	return gate(len(ref)/2, func(i int) float64 { return float64(bf16.Get(ref, i)) }, got, false)
 }
 
 // gateChunk is how many elements one goroutine of gate compares.
@@ -63,8 +72,10 @@ const gateChunk = 1 << 16
 // gate checks got's n bf16 elements against want(i), in parallel chunks
 // (a prefill output has millions of elements, and the tuner gates every
 // candidate on two samples). The worst element is the first of the
-// largest excess, as a scan in order would find it.
-func gate(n int, want func(i int) float64, got []byte) error {
+// largest excess, as a scan in order would find it. With nonFinite, a
+// non-finite want(i) asks for NaN or that same infinity (see the
+// tolerances); without, it fails like a non-finite result.
+func gate(n int, want func(i int) float64, got []byte, nonFinite bool) error {
 	chunks := (n + gateChunk - 1) / gateChunk
 	worst := make([]Mismatch, chunks)
 	failed := make([]int, chunks)
@@ -73,7 +84,13 @@ func gate(n int, want func(i int) float64, got []byte) error {
 			w := want(i)
 			g := float64(bf16.Get(got, i))
 			excess := math.Abs(g-w) / math.Max(AbsoluteTolerance, RelativeTolerance*math.Abs(w))
-			if math.IsNaN(g) || math.IsInf(g, 0) || math.IsNaN(excess) {
+			switch {
+			case nonFinite && (math.IsNaN(w) || math.IsInf(w, 0)):
+				excess = 0
+				if !math.IsNaN(g) && g != w {
+					excess = math.Inf(1)
+				}
+			case math.IsNaN(g) || math.IsInf(g, 0) || math.IsNaN(excess):
 				excess = math.Inf(1)
 			}
 			if excess > 1 {

@@ -95,6 +95,23 @@ func RandomInputs(req spec.Request, seed uint64) map[string][]byte {
 	return map[string][]byte{X: bf16.Encode(x)}
 }
 
+// NonFiniteSample is RandomSample with a NaN in the first token's inputs
+// (at input in/3) and, with more than one token, +∞ in the last token's (at
+// input in/2): every output of the first token is NaN in the float64
+// reference, and the last token's are infinite (NaN where the weight is 0),
+// while the other tokens' are finite. Kernels must carry both through (see
+// Check), not turn them into numbers or let them reach other tokens.
+func NonFiniteSample(req spec.Request, seed uint64) spec.Sample {
+	s := RandomSample(req, seed)
+	x := s.Inputs[X]
+	in := req.InFeatures
+	bf16.Set(x, in/3, float32(math.NaN()))
+	if req.Tokens > 1 {
+		bf16.Set(x, (req.Tokens-1)*in+in/2, float32(math.Inf(1)))
+	}
+	return s
+}
+
 // sampleChunk is how many elements forChunks hands one goroutine. It is
 // fixed, so a sample depends on its seed alone, not on the core count.
 const sampleChunk = 1 << 16
