@@ -452,8 +452,9 @@ def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
     resident = cfg["XT"] * (2 * kin + 16) + 16 * (kin // cfg["GROUP"]) * cfg["XT"] if fp16 else 0
     if cfg.get("DP2A") and fp16 and cfg["XT"] == 1:   # DP2A: x's int8 residuals beside its int16 values
         resident += kin
-    nt = -(-cfg["XT"] // 8)   # n-tiles of 8 tokens: one tile's sums are [8*nt][tr] floats (none with SPLITK)
-    red = 0 if cfg.get("SPLITK") else ns * 4 * 8 * nt * tr
+    nt = -(-cfg["XT"] // 8)   # n-tiles of 8 tokens: one tile's sums are [8*nt][tr] floats
+    per_tile = cfg["CW"] * tr if cfg["XT"] == 1 else 8 * nt * tr   # one token: [CW][tr], a slot per warp (DETRED)
+    red = 0 if cfg.get("SPLITK") else ns * 4 * per_tile   # none with SPLITK
     return ns * stage + red + -(-4 * ns // 16) * 16 + 16 * ns * parts + 1024 + resident
 
 
@@ -1141,9 +1142,12 @@ def bulk_correctness_cases():
     return cases
 
 
+BULK_MATCH = ""   # --bulk-match: only the bulk cases whose overrides' text contains it
+
+
 def run_bulk_correctness() -> bool:
     import torch
-    cases = bulk_correctness_cases()
+    cases = [c for c in bulk_correctness_cases() if BULK_MATCH in str(c[6])]
     cfgs = []
     for in_f, out_f, b, g, bias, t, over in cases:
         grid = over.get("_GRID")
@@ -1186,7 +1190,38 @@ def run_bulk_correctness() -> bool:
               f"{detail}  [{desc} grid={grid[0]} smem={smem}]", flush=True)
         del wt
     print(f"bulk correctness: {n_ok}/{len(cases)} passed ({time.time() - t0:.1f}s)", flush=True)
-    return n_ok == len(cases)
+    return n_ok == len(cases) and run_bulk_repeat()
+
+
+# One token, the rule's variants: blocks of several tiles with fp16 operands and x's residuals,
+# one tile per block, 64-row tiles in two parts with bf16 x, 8 bits in 16-row tiles.
+BULK_REPEAT_SHAPES = [(4096, 14336, 4, 64), (5120, 13824, 4, 64), (3584, 18944, 4, 64),
+                      (14336, 4096, 4, 64), (28672, 8192, 4, 64), (2304, 4240, 8, 32)]
+
+
+def run_bulk_repeat(runs: int = 10) -> bool:
+    """The bulk kernel at one token, run runs times on the same inputs into poisoned outputs:
+    every run must give the first run's bits (the warps' sums are added in warp order, DETRED;
+    --bulk-over DETRED=0 shows what the shared atomics gave)."""
+    import torch
+    ok_all = True
+    for in_f, out_f, b, g in BULK_REPEAT_SHAPES:
+        cfg = bulk_config(b, g, 1, in_f, out_f)
+        wt = Weights(b, g, in_f, out_f, True, seed=in_f + out_f)
+        x = (torch.rand((1, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
+        first, _ = run_kernel("bulk", wt, x, 1, cfg)
+        first = first.clone()
+        differ = 0
+        for _ in range(runs - 1):
+            y, _ = run_kernel("bulk", wt, x, 1, cfg)
+            differ += not torch.equal(y.view(torch.int16), first.view(torch.int16))
+        torch.cuda.synchronize()
+        ok = differ == 0 or cfg.get("DETRED") == 0
+        ok_all &= ok
+        print(f"{'PASS' if ok else 'FAIL'} bulk   {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t=1  "
+              f"{runs - 1 - differ} of {runs - 1} runs gave the first run's bits", flush=True)
+        del wt
+    return ok_all
 
 
 # =============================================================================
@@ -1983,6 +2018,7 @@ def main():
                     "(MT 0 / NS 0 / SEG 0 / PARTS 0 / WK 0 / KS 0 or absent: the rule's choice; BPS default 1; "
                     "FP16 0 off, 1 on, -1 or absent the rule's choice)")
     ap.add_argument("--quant", help="benchmark bits:group (default 4:64, what DESIGN.md's targets name)")
+    ap.add_argument("--bulk-match", default="", help="only the affine_bulk correctness cases whose overrides contain this text (e.g. _NONFINITE)")
     ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. UNR=2)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")
@@ -2021,6 +2057,8 @@ def main():
     if args.quant:
         global BENCH_QUANT
         BENCH_QUANT = tuple(int(v) for v in args.quant.split(":"))
+    global BULK_MATCH
+    BULK_MATCH = args.bulk_match
     if args.bulk_over:
         BULK_OVER.update({k: int(v) for k, v in (kv.split("=") for kv in args.bulk_over.split(","))})
     if args.wg_over:

@@ -425,8 +425,9 @@ func bulkStageGroups(groups, groupBytes, segment int) (fit, above, below []int) 
 // sharedBytes is the launch's dynamic shared memory for in input features:
 // the ring's stages on 1024-byte boundaries (with two buffers of scales and
 // biases when a stage comes in parts), one accumulator per stage (a float
-// per row and token of up to 8*ceil(XT/8) tokens; none with K slices, whose
-// warps add into the workspace), the counters and a pair of barriers per
+// per row and token of up to 8*ceil(XT/8) tokens, or at one token per row
+// and consumer warp; none with K slices, whose warps add into the
+// workspace), the counters and a pair of barriers per
 // stage and part, the alignment slack, and with FP16 the resident x of a
 // block's in/KS inputs and their per-group constants.
 func (c BulkConfig) sharedBytes(in int) int {
@@ -449,6 +450,9 @@ func (c BulkConfig) sharedBytes(in int) int {
 	}
 	stage = ceilDiv(stage, 1024) * 1024
 	red := c.NS * 4 * 8 * ceilDiv(c.XT, 8) * tr
+	if c.XT == 1 {
+		red = c.NS * 4 * c.CW * tr // a slot per warp, added in warp order (DETRED)
+	}
 	if c.KS > 1 {
 		red = 0
 	}

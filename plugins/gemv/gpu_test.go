@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kcand/kcand/internal/affinegpu"
+	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/gpukernel"
 	"github.com/kcand/kcand/sdk/plugintest"
 )
@@ -31,4 +32,22 @@ func TestTensorCoreVariantsCompile(t *testing.T) {
 // for the GPU test shapes (NVRTC 12 or newer: tensor copies are PTX ISA 8.0).
 func TestBulkVariantsCompile(t *testing.T) {
 	plugintest.CompileVariants(t, affinegpu.BulkSource, bulkChoice)
+}
+
+// TestGPUBulkIsBitReproducibleAtOneToken runs gemv/bulk five times on the
+// same inputs at one token, where its warps' sums are added in warp order:
+// every run must give the same bits (with shared float atomics they
+// differed in the last bit from run to run). Blocks of several tiles with
+// fp16 operands and x's residuals (4096→14336, 5120→13824), one tile per
+// block (14336→4096), 64-row tiles in two parts with bf16 x (28672→8192),
+// 8 bits in 16-row tiles (2304→4240).
+func TestGPUBulkIsBitReproducibleAtOneToken(t *testing.T) {
+	a := plugintest.AffineRequest
+	plugintest.RunReproducible(t, plugintest.Self(), plugintest.OpenGPU(t), gemvBulk{}.Info().Name, []sdk.Request{
+		a(1, 4096, 14336, 4, 64, false),
+		a(1, 5120, 13824, 4, 64, true),
+		a(1, 14336, 4096, 4, 64, false),
+		a(1, 28672, 8192, 4, 64, true),
+		a(1, 2304, 4240, 8, 32, true),
+	}, 5)
 }

@@ -20,6 +20,7 @@
 package plugintest
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -34,6 +35,7 @@ import (
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/device/cpu"
+	"github.com/kcand/kcand/sdk/family"
 )
 
 // IsPluginProcess reports whether this process was started by a kcand host
@@ -139,4 +141,47 @@ func OpenGPU(t *testing.T) device.Device {
 	}
 	t.Cleanup(func() { dev.Close() })
 	return dev
+}
+
+// RunReproducible starts the plugin and runs candidate runs times on one
+// random sample of each of requests on dev, each run into freshly poisoned
+// outputs, and checks that every run gives the same bytes as the first and
+// passes the gate against the float64 reference: for candidates that
+// promise bit-reproducible results. A request the candidate does not admit
+// fails the test.
+func RunReproducible(t *testing.T, command func() *exec.Cmd, dev device.Device, candidate string, requests []sdk.Request, runs int) {
+	p := Start(t, command)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("random inputs drawn with seed %d on %s", seed, dev.Kind())
+	for i, req := range requests {
+		t.Run(candidate+"/"+req.Key(), func(t *testing.T) {
+			require.True(t, admitted(t, ctx, p, req, dev.Profile(), candidate), "%s must admit %s", candidate, req.Key())
+			contract, err := family.Lookup(req.Family)
+			require.NoError(t, err)
+			sample := contract.RandomSample(req, seed+uint64(i))
+			first := runCandidate(t, ctx, p, dev, contract, req, candidate, sample)
+			require.NoError(t, contract.SpotCheck(req, sample, first, spotElements), "gate against the float64 reference")
+			for r := 1; r < runs; r++ {
+				again := runCandidate(t, ctx, p, dev, contract, req, candidate, sample)
+				for name, want := range first {
+					require.True(t, bytes.Equal(want, again[name]), "run %d of %d: output %q differs from the first run's at %d of %d bytes",
+						r+1, runs, name, differing(want, again[name]), len(want))
+				}
+			}
+		})
+	}
+}
+
+// differing counts the bytes at which a and b differ (a length difference
+// counts too).
+func differing(a, b []byte) int {
+	n := max(len(a), len(b)) - min(len(a), len(b))
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			n++
+		}
+	}
+	return n
 }

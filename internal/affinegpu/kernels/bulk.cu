@@ -281,10 +281,11 @@
 //   tokens, int out) after (any grids), all three with early start.
 //   dynamic shared memory bytes (raise the function's maximum dynamic
 //   shared size to it), with kin = in/KS (in without SPLITK) =
-//       NS*STAGE + (SPLITK ? 0 : NS*4*8*NT*TR) + 16*ceil(4*NS/16) + 16*NS*PARTS + 1024
+//       NS*STAGE + (SPLITK ? 0 : NS*4*R) + 16*ceil(4*NS/16) + 16*NS*PARTS + 1024
 //     + (FP16 ? XT*(2*kin+16) + 16*XT*(kin/GROUP) : 0) + (DP2A ? kin : 0)
 //   with STAGE = roundup(TR*SEG + B*4*TR*U + (FP16 ? 0 : XT*(2*U*GROUP+16)), 1024),
-//   B = 2 scale buffers when PARTS > 1, else 1.
+//   B = 2 scale buffers when PARTS > 1, else 1, and R = CW*TR at one token
+//   (XT 1), else 8*NT*TR (a tile's accumulator, see METHOD).
 //   The 1024 is slack for the stages' alignment (see the note in the
 //   kernel); the FP16 term is the resident x and its per-group constants,
 //   the DP2A term x's int8 residuals.
@@ -361,7 +362,9 @@
 //   tile), releasing each slot once used (a slot is free once all WK warps
 //   of its stage have released it). After its last chunk of the tile
 //   it adds the sums into a shared-memory accumulator (one per tile in
-//   flight, NS of them) and counts its chunks in; the warp whose count
+//   flight, NS of them; at one token (DETRED) it stores them into a slot of
+//   its own in it, so that they are added in warp order and a call's
+//   result is the same every time) and counts its chunks in; the warp whose count
 //   completes the tile (WK*NCH chunk shares in all) rounds the sums to
 //   bf16 (RNE), stores them, clears
 //   the accumulator and only then releases the slot of that last chunk
@@ -516,7 +519,18 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #define NSBUF (PARTS > 1 ? 2 : 1)
 #define XOFF (SOFF + NSBUF * SBUF)
 #define STAGE ((XOFF + (FP16 ? 0 : XT * XSTRIDE) + 1023) / 1024 * 1024)   // FP16: x is resident, not staged
-#define RED_FLOATS (SPLITK ? 0 : 8 * NT * TR)   // one tile's sums: [8*NT tokens][TR rows] (none with SPLITK)
+// One token (DETRED): each warp stores its sums of a tile in a slot of its
+// own, and the warp that completes the tile adds the slots in warp order,
+// so a call's result does not depend on which warp finished first (shared
+// float atomics added them in arrival order: outputs differed in the last
+// bit from run to run). Above one token the warps add into one slot.
+#ifndef DETRED
+#define DETRED (XT == 1)   // (0 at one token: the shared atomics, for comparison; the host sizes for either)
+#endif
+#if DETRED && XT != 1
+#error "DETRED is for one token"
+#endif
+#define RED_FLOATS (SPLITK ? 0 : DETRED ? CW * TR : 8 * NT * TR)   // one tile's sums: [CW warps][TR rows] or [8*NT tokens][TR rows] (none with SPLITK)
 #define RED_OFF (NS * STAGE)
 #define CNT_OFF (RED_OFF + NS * 4 * RED_FLOATS)
 #define BAR_OFF (CNT_OFF + ((4 * NS + 15) / 16) * 16)
@@ -1600,7 +1614,11 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         tl.flushing();
         float* tred = red + b * RED_FLOATS;
         kc_quad_sum(acc);
+#if DETRED
+        kc_each_sum(acc, pg, tig, 1, [&](int j, float v) { tred[warp * TR + j] = v; });
+#else
         kc_each_sum(acc, pg, tig, min(tokens, XT), [&](int j, float v) { atomicAdd(&tred[j], v); });
+#endif
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -1622,8 +1640,17 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
             const int ntok = min(tokens, XT);
             for (int j = lane; j < ntok * TR; j += 32) {
                 const int tok = j / TR, r = j - tok * TR, row = row0 + r;
+#if DETRED
+                float v = 0.f;   // in warp order; a warp without a share of the tile left its slot 0
+#pragma unroll
+                for (int w = 0; w < CW; ++w) {
+                    v += tred[w * TR + j];
+                    tred[w * TR + j] = 0.f;
+                }
+#else
                 const float v = tred[j];
                 tred[j] = 0.f;
+#endif
                 if (row < out) kc_store(y, bias, out, tok, row, v);
             }
             if (lane == 0) cnt[b] = 0;
