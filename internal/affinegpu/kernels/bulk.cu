@@ -204,6 +204,15 @@
 //   ENDR   1 (default) or 0: the block's last tile through the ring at its
 //          end (see METHOD), where its last SG stages are all of that tile;
 //          0 where the warps' sums do not fit the ring
+//   DETRED 1 at one token (the default there), 0 (elsewhere, and at one
+//          token for comparison): each warp stores its sums of a tile into
+//          a slot of its own and they are added in warp order (see METHOD),
+//          so a call's outputs are the same bits every time; 0 adds them with
+//          shared float atomics in the order the warps finish. Twenty-seventh
+//          session, same call, two rounds, us, 1 against 0: 4096->14336
+//          9.5 / 9.6 against 9.8 / 9.8 (a flush every stage), 5120->13824
+//          12.0 / 11.8 against 12.1 / 12.0, the other benchmark shapes within
+//          0.2
 //   SPLITK 1: K in slices (twelfth session, for 9..16 tokens): block
 //          (x, s) takes inputs [s*kin, (s+1)*kin), kin = in/gridDim.y, and
 //          y is a float workspace [tokens][out_features] that
