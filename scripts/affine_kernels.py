@@ -453,7 +453,7 @@ def bulk_smem_bytes(cfg: dict, in_f: int = 0) -> int:
     if cfg.get("DP2A") and fp16 and cfg["XT"] == 1:   # DP2A: x's int8 residuals beside its int16 values
         resident += kin
     nt = -(-cfg["XT"] // 8)   # n-tiles of 8 tokens: one tile's sums are [8*nt][tr] floats
-    per_tile = cfg["CW"] * tr if cfg["XT"] == 1 else 8 * nt * tr   # one token: [CW][tr], a slot per warp (DETRED)
+    per_tile = cfg["CW"] * tr if cfg["XT"] == 1 and cfg.get("DETRED", 1) else 8 * nt * tr   # one token: [CW][tr], a slot per warp (DETRED)
     red = 0 if cfg.get("SPLITK") else ns * 4 * per_tile   # none with SPLITK
     return ns * stage + red + -(-4 * ns // 16) * 16 + 16 * ns * parts + 1024 + resident
 
@@ -823,8 +823,10 @@ def kernel_args(wt, x, y, tokens, w=None, scales=None, biases=None):
             p(y), np.int32(tokens), np.int32(wt.in_f), np.int32(wt.out_f))
 
 
-def run_kernel(kind, wt, x, tokens, cfg=None):
-    """Launch once into a poisoned y; returns y (bf16) and the config used."""
+def run_kernel(kind, wt, x, tokens, cfg=None, poison=-1):
+    """Launch once into a poisoned y (bulk: poison's int16 bits, by default 0xFFFF, a bf16 NaN;
+    0x7F7F is a finite one, for inputs whose reference holds NaN); returns y (bf16) and the
+    config used."""
     import torch
     bits, group, in_f, out_f = wt.bits, wt.group, wt.in_f, wt.out_f
     if kind == "gemv":
@@ -837,7 +839,7 @@ def run_kernel(kind, wt, x, tokens, cfg=None):
         path = STREAM_CU
     elif kind == "bulk":
         cfg = cfg or bulk_config(bits, group, tokens, in_f, out_f)
-        y = torch.full((tokens, out_f), -1, dtype=torch.int16, device="cuda")   # 0xFFFF: bf16 NaN
+        y = torch.full((tokens, out_f), poison, dtype=torch.int16, device="cuda")
         run = bulk_tma_launcher(cfg, wt, x, y, tokens)
         run()
         run()   # back to back, with early start: a call must not see the last one's sums (SPLITK)
@@ -1175,7 +1177,7 @@ def run_bulk_correctness() -> bool:
         if bad:   # token 0's input 1000 (the other tokens stay finite)
             x[0, 1000] = float(bad)
         ref = wt.reference(x)
-        y, _ = run_kernel("bulk", wt, x, t, cfg)
+        y, _ = run_kernel("bulk", wt, x, t, cfg, poison=0x7F7F if bad else -1)   # a finite poison: NaN must be written
         torch.cuda.synchronize()
         if bad:
             ok, detail = check_nonfinite(y, ref, bad)
@@ -1190,13 +1192,15 @@ def run_bulk_correctness() -> bool:
               f"{detail}  [{desc} grid={grid[0]} smem={smem}]", flush=True)
         del wt
     print(f"bulk correctness: {n_ok}/{len(cases)} passed ({time.time() - t0:.1f}s)", flush=True)
-    return n_ok == len(cases) and run_bulk_repeat()
+    repeat = run_bulk_repeat()   # (whatever --bulk-match says)
+    return n_ok == len(cases) and repeat
 
 
-# One token, the rule's variants: blocks of several tiles with fp16 operands and x's residuals,
-# one tile per block, 64-row tiles in two parts with bf16 x, 8 bits in 16-row tiles.
-BULK_REPEAT_SHAPES = [(4096, 14336, 4, 64), (5120, 13824, 4, 64), (3584, 18944, 4, 64),
-                      (14336, 4096, 4, 64), (28672, 8192, 4, 64), (2304, 4240, 8, 32)]
+# One token, the rule's variants (in, out, bits, group, outlier factor): blocks of several tiles on
+# the integer path (DP2A), there with x's residuals in some groups (every 97th input channel 1000
+# times the rest), one tile per block, 64-row tiles in two parts with bf16 x, 8 bits in 16-row tiles.
+BULK_REPEAT_SHAPES = [(4096, 14336, 4, 64, 1), (4096, 14336, 4, 64, 1000), (5120, 13824, 4, 64, 1),
+                      (3584, 18944, 4, 64, 1), (14336, 4096, 4, 64, 1), (28672, 8192, 4, 64, 1), (2304, 4240, 8, 32, 1)]
 
 
 def run_bulk_repeat(runs: int = 10) -> bool:
@@ -1205,10 +1209,11 @@ def run_bulk_repeat(runs: int = 10) -> bool:
     --bulk-over DETRED=0 shows what the shared atomics gave)."""
     import torch
     ok_all = True
-    for in_f, out_f, b, g in BULK_REPEAT_SHAPES:
+    for in_f, out_f, b, g, outlier in BULK_REPEAT_SHAPES:
         cfg = bulk_config(b, g, 1, in_f, out_f)
         wt = Weights(b, g, in_f, out_f, True, seed=in_f + out_f)
         x = (torch.rand((1, in_f), device="cuda") * 2 - 1).to(torch.bfloat16)
+        x[:, ::97] *= outlier
         first, _ = run_kernel("bulk", wt, x, 1, cfg)
         first = first.clone()
         differ = 0
@@ -1218,8 +1223,9 @@ def run_bulk_repeat(runs: int = 10) -> bool:
         torch.cuda.synchronize()
         ok = differ == 0 or cfg.get("DETRED") == 0
         ok_all &= ok
+        extra = f", x x{outlier} at every 97th input: residuals in %d of %d groups" % dp2a_residual_groups(x, g) if outlier > 1 else ""
         print(f"{'PASS' if ok else 'FAIL'} bulk   {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t=1  "
-              f"{runs - 1 - differ} of {runs - 1} runs gave the first run's bits", flush=True)
+              f"{runs - 1 - differ} of {runs - 1} runs gave the first run's bits{extra}", flush=True)
         del wt
     return ok_all
 
@@ -2018,7 +2024,7 @@ def main():
                     "(MT 0 / NS 0 / SEG 0 / PARTS 0 / WK 0 / KS 0 or absent: the rule's choice; BPS default 1; "
                     "FP16 0 off, 1 on, -1 or absent the rule's choice)")
     ap.add_argument("--quant", help="benchmark bits:group (default 4:64, what DESIGN.md's targets name)")
-    ap.add_argument("--bulk-match", default="", help="only the affine_bulk correctness cases whose overrides contain this text (e.g. _NONFINITE)")
+    ap.add_argument("--bulk-match", default="", help="only the affine_bulk correctness cases whose overrides contain this text (e.g. _NONFINITE); the repeat check runs whatever it says")
     ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. UNR=2)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")

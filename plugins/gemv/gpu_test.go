@@ -37,8 +37,8 @@ func TestBulkVariantsCompile(t *testing.T) {
 // TestGPUBulkIsBitReproducibleAtOneToken runs gemv/bulk five times on the
 // same inputs at one token, where its warps' sums are added in warp order:
 // every run must give the same bits (with shared float atomics they
-// differed in the last bit from run to run). Blocks of several tiles with
-// fp16 operands and x's residuals (4096→14336, 5120→13824), one tile per
+// differed in the last bit from run to run). Blocks of several tiles on
+// the integer path (4096→14336, 5120→13824), one tile per
 // block (14336→4096), 64-row tiles in two parts with bf16 x (28672→8192),
 // 8 bits in 16-row tiles (2304→4240).
 func TestGPUBulkIsBitReproducibleAtOneToken(t *testing.T) {

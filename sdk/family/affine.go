@@ -17,8 +17,8 @@ func (affineContract) RandomSample(req spec.Request, seed uint64) spec.Sample {
 	return affine.RandomSample(req, seed)
 }
 
-func (affineContract) NonFiniteSample(req spec.Request, seed uint64) spec.Sample {
-	return affine.NonFiniteSample(req, seed)
+func (affineContract) NonFiniteSamples(req spec.Request, seed uint64) []spec.Sample {
+	return affine.NonFiniteSamples(req, seed)
 }
 
 func (affineContract) RandomInputs(req spec.Request, seed uint64) map[string][]byte {

@@ -21,11 +21,11 @@ type Contract interface {
 	// seed) alone, never on its token count.
 	RandomSample(req spec.Request, seed uint64) spec.Sample
 	PatternSample(req spec.Request) spec.Sample
-	// NonFiniteSample is a random sample whose inputs hold a NaN and an
+	// NonFiniteSamples are random samples whose inputs hold a NaN and an
 	// infinity, for conformance tests: SpotCheck passes an output only
-	// where it carries them as the float64 reference does (see the family's
-	// gate). Tuning never uses it.
-	NonFiniteSample(req spec.Request, seed uint64) spec.Sample
+	// where it carries them as the float64 reference does (see the
+	// family's contract). Tuning never uses them.
+	NonFiniteSamples(req spec.Request, seed uint64) []spec.Sample
 	// RandomInputs and PatternInputs make the same samples' inputs alone,
 	// for a host that kept another token count's sample weights.
 	RandomInputs(req spec.Request, seed uint64) map[string][]byte

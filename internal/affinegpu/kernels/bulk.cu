@@ -534,7 +534,7 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 // float atomics added them in arrival order: outputs differed in the last
 // bit from run to run). Above one token the warps add into one slot.
 #ifndef DETRED
-#define DETRED (XT == 1)   // (0 at one token: the shared atomics, for comparison; the host sizes for either)
+#define DETRED (XT == 1)   // (0 at one token: the shared atomics, for comparison; the harness sizes for it, the Go rule never asks)
 #endif
 #if DETRED && XT != 1
 #error "DETRED is for one token"
@@ -998,7 +998,8 @@ KC_DEV void kc_convert_x_int(const u16* __restrict__ x, int k0, int groups, unsi
                 // sigma'/128, or 0 where the group goes without its residuals
                 // A group with a NaN or an infinity (bits at or above 0x7F80) has
                 // no int16 form: its sigma' is NaN, so every sum it meets is NaN,
-                // as a float product's would be (for an infinity, not its sign).
+                // as a float product with a NaN is (an infinity's product is an
+                // infinity of the weight's sign, or NaN: this gives NaN).
                 const float sq = mb >= 0x7F80u ? __uint_as_float(0x7FC00000u) : __uint_as_float((u32)(127 - XQBITS + e) << 23);
                 xcon[gi] = make_float4(sq, -M * sq * (XLO == 1 ? 1.f + 1.f / 128.f : 1.f),
                                        0.25f * sq * ((float)siv + (float)sir * (1.f / 128.f)), need ? sq * (1.f / 128.f) : 0.f);
@@ -1644,7 +1645,10 @@ affine_bulk(const __grid_constant__ kc_tmap wmap, const __grid_constant__ kc_tma
         done = __shfl_sync(0xFFFFFFFFu, done, 0);
         if (done) {
             // This warp's count completed the tile: every chunk's sums are in tred.
+            // (Lane 0 read the count; its fence, then the warp barrier, order
+            // every lane's reads after the other warps' stores.)
             __threadfence_block();
+            __syncwarp();
             const int row0 = ((int)blockIdx.x + k * (int)gridDim.x) * TR;
             const int ntok = min(tokens, XT);
             for (int j = lane; j < ntok * TR; j += 32) {

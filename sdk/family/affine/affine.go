@@ -15,6 +15,15 @@
 // value i occupies bits [i·bits, (i+1)·bits). For 2, 4 and 8 bits every
 // uint32 holds 32/bits whole values; for 3, 5 and 6 bits values straddle
 // byte and word boundaries exactly as MLX's byte-wise packing lays them out.
+//
+// Non-finite inputs: a NaN or an infinity in a token's x must come out in
+// that token's outputs as the float64 reference has them (NaN where the
+// reference is NaN; the same infinity, or NaN, where it is infinite), and
+// must not reach other tokens' outputs. A kernel may turn an infinity into
+// NaN (0·∞ and ∞−∞ are NaN in any factored form of the sum) but not into a
+// number or the other infinity; a kernel that quantises x must keep a NaN
+// or an infinity in a group's scale rather than drop it. Check applies
+// this, and NonFiniteSamples are what the conformance suite runs.
 package affine
 
 import (

@@ -170,12 +170,15 @@ func TestGateAgainstNonFiniteReferences(t *testing.T) {
 	assert.Equal(t, 3, ge.Failed, "CheckAgainst passes no non-finite element")
 }
 
-// TestNonFiniteSample: the first token's reference is NaN everywhere, the
-// last token's infinite or NaN, the others' finite and as RandomSample's.
-func TestNonFiniteSample(t *testing.T) {
+// TestNonFiniteSamples: the first token's reference is NaN everywhere, the
+// last token's infinite or NaN, the others' finite and as RandomSample's;
+// at one token the NaN and the infinity come in two samples.
+func TestNonFiniteSamples(t *testing.T) {
 	req := request(3, 256, 40, 4, 64)
 	req.Bias = true
-	s := NonFiniteSample(req, 5)
+	samples := NonFiniteSamples(req, 5)
+	require.Len(t, samples, 1)
+	s := samples[0]
 	plain := RandomSample(req, 5)
 	ref := Reference(req, s.Weights, s.Inputs[X])
 	want := Reference(req, plain.Weights, plain.Inputs[X])
@@ -188,9 +191,16 @@ func TestNonFiniteSample(t *testing.T) {
 	}
 	one := req
 	one.Tokens = 1
-	x := NonFiniteSample(one, 5).Inputs[X]
+	two := NonFiniteSamples(one, 5)
+	require.Len(t, two, 2)
 	for i := range one.InFeatures {
-		assert.Equal(t, i == one.InFeatures/3, math.IsNaN(float64(bf16.Get(x, i))), "input %d", i)
+		assert.Equal(t, i == one.InFeatures/3, math.IsNaN(float64(bf16.Get(two[0].Inputs[X], i))), "input %d", i)
+		assert.Equal(t, i == one.InFeatures/2, math.IsInf(float64(bf16.Get(two[1].Inputs[X], i)), 1), "input %d", i)
+	}
+	assert.Equal(t, two[0].Weights, two[1].Weights, "one sample's weights")
+	ref = Reference(one, two[1].Weights, two[1].Inputs[X])
+	for o, v := range ref {
+		assert.True(t, math.IsNaN(v) || math.IsInf(v, 0), "output %d: %g", o, v)
 	}
 }
 

@@ -11,9 +11,9 @@ import (
 // RelativeTolerance·|ref|) at every element and every element is finite.
 // Against the float64 reference (Check) an element whose reference is not
 // finite, from a NaN or an infinity in the inputs, passes when it is NaN,
-// or, for an infinite reference, that infinity: a kernel may lose an
-// infinity's sign (0·∞ and ∞−∞ are NaN) but must not turn either into a
-// number.
+// or, for an infinite reference, that infinity: a kernel may turn an
+// infinity into NaN (0·∞ and ∞−∞ are NaN) but not into a number or the
+// other infinity.
 const (
 	AbsoluteTolerance = 0.125
 	RelativeTolerance = 0.01

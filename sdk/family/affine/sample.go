@@ -95,21 +95,26 @@ func RandomInputs(req spec.Request, seed uint64) map[string][]byte {
 	return map[string][]byte{X: bf16.Encode(x)}
 }
 
-// NonFiniteSample is RandomSample with a NaN in the first token's inputs
-// (at input in/3) and, with more than one token, +∞ in the last token's (at
-// input in/2): every output of the first token is NaN in the float64
-// reference, and the last token's are infinite (NaN where the weight is 0),
-// while the other tokens' are finite. Kernels must carry both through (see
-// Check), not turn them into numbers or let them reach other tokens.
-func NonFiniteSample(req spec.Request, seed uint64) spec.Sample {
-	s := RandomSample(req, seed)
-	x := s.Inputs[X]
+// NonFiniteSamples are RandomSample with a NaN in the first token's inputs
+// (at input in/3) and +∞ in the last token's (at input in/2): every output
+// of the first token is NaN in the float64 reference, and the last token's
+// are infinite (NaN where the weight is 0), while the other tokens' are
+// finite. At one token they are two samples, one with the NaN and one with
+// the infinity; else one with both. Kernels must carry both through (see
+// the package comment), not turn them into numbers or let them reach other
+// tokens.
+func NonFiniteSamples(req spec.Request, seed uint64) []spec.Sample {
 	in := req.InFeatures
-	bf16.Set(x, in/3, float32(math.NaN()))
+	last := (req.Tokens-1)*in + in/2
+	s := RandomSample(req, seed)
+	bf16.Set(s.Inputs[X], in/3, float32(math.NaN()))
 	if req.Tokens > 1 {
-		bf16.Set(x, (req.Tokens-1)*in+in/2, float32(math.Inf(1)))
+		bf16.Set(s.Inputs[X], last, float32(math.Inf(1)))
+		return []spec.Sample{s}
 	}
-	return s
+	inf := spec.Sample{Weights: s.Weights, Inputs: RandomInputs(req, seed)}
+	bf16.Set(inf.Inputs[X], last, float32(math.Inf(1)))
+	return []spec.Sample{s, inf}
 }
 
 // sampleChunk is how many elements forChunks hands one goroutine. It is
