@@ -1205,8 +1205,9 @@ BULK_REPEAT_SHAPES = [(4096, 14336, 4, 64, 1), (4096, 14336, 4, 64, 1000), (5120
 
 def run_bulk_repeat(runs: int = 10) -> bool:
     """The bulk kernel at one token, run runs times on the same inputs into poisoned outputs:
-    every run must give the first run's bits (the warps' sums are added in warp order, DETRED;
-    --bulk-over DETRED=0 shows what the shared atomics gave)."""
+    the first run must pass check against the float64 reference, and every run must give its
+    bits (the warps' sums are added in warp order, DETRED; --bulk-over DETRED=0 shows what the
+    shared atomics gave)."""
     import torch
     ok_all = True
     for in_f, out_f, b, g, outlier in BULK_REPEAT_SHAPES:
@@ -1216,16 +1217,17 @@ def run_bulk_repeat(runs: int = 10) -> bool:
         x[:, ::97] *= outlier
         first, _ = run_kernel("bulk", wt, x, 1, cfg)
         first = first.clone()
+        right, detail = check(first, wt.reference(x))
         differ = 0
         for _ in range(runs - 1):
             y, _ = run_kernel("bulk", wt, x, 1, cfg)
             differ += not torch.equal(y.view(torch.int16), first.view(torch.int16))
         torch.cuda.synchronize()
-        ok = differ == 0 or cfg.get("DETRED") == 0
+        ok = right and (differ == 0 or cfg.get("DETRED") == 0)
         ok_all &= ok
         extra = f", x x{outlier} at every 97th input: residuals in %d of %d groups" % dp2a_residual_groups(x, g) if outlier > 1 else ""
         print(f"{'PASS' if ok else 'FAIL'} bulk   {in_f:5d}->{out_f:<5d} q{b} g{g:<3d} t=1  "
-              f"{runs - 1 - differ} of {runs - 1} runs gave the first run's bits{extra}", flush=True)
+              f"{detail}; {runs - 1 - differ} of {runs - 1} runs gave the first run's bits{extra}", flush=True)
         del wt
     return ok_all
 

@@ -62,7 +62,7 @@ func checkAdmission(t *testing.T, ctx context.Context, p sdk.Plugin, d sdk.Descr
 // requests on dev, with a fixed pattern and fresh random inputs, poisoning
 // the outputs first, and compares with the float64 reference; then once
 // more with inputs that hold a NaN and an infinity (the family's
-// NonFiniteSample), which must come out as the reference has them.
+// NonFiniteSamples), which must come out as the reference has them.
 func checkNumerics(t *testing.T, ctx context.Context, p sdk.Plugin, d sdk.Description, dev device.Device, requests func(sdk.Family) []sdk.Request) {
 	if len(d.Candidates) == 0 {
 		t.Skip("the plugin offers no candidates")

@@ -2,7 +2,10 @@
 // test calls Run with a command that starts the plugin binary; the suite
 // starts it as a real process through the plugin protocol and checks the
 // handshake, its description, admission, numbers against the family's
-// float64 reference on fresh inputs, and its answers to bad input.
+// float64 reference on fresh inputs (and on inputs that hold a NaN and an
+// infinity), and its answers to bad input. RunShapes checks numbers on
+// shapes of the plugin's choosing, and RunReproducible that a candidate
+// gives the same bits on every run.
 //
 // The usual pattern re-executes the test binary as the plugin:
 //
