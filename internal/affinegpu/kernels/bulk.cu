@@ -201,9 +201,16 @@
 //          against 12.1), 14336->4096 11.0 against 11.2 (groups of 128:
 //          11.2 against 11.3), 4096^2 and 4096->6144 0.1 faster; no
 //          change at 8192->28672 and 28672->8192
-//   ENDR   1 (default) or 0: the block's last tile through the ring at its
-//          end (see METHOD), where its last SG stages are all of that tile;
-//          0 where the warps' sums do not fit the ring
+//   ENDR   1 (default above one token) or 0 (default at one token): the
+//          block's last tile through the ring at its end (see METHOD), where
+//          its last SG stages are all of that tile; 0 where the warps' sums
+//          do not fit the ring. At one token (DETRED) the warps' slots make
+//          the end path unneeded: twenty-seventh session, same call, two
+//          rounds, us, 0 against 1: 4096->14336 9.3 / 9.3 against 9.4 / 9.4,
+//          14336->4096 9.6 / 9.6 against 9.7 / 9.7, 4096^2 3.9 / 3.9 against
+//          4.1 / 4.0, 8192->28672 31.6 / 31.6 against 31.8 / 31.9,
+//          28672->8192 34.0 / 33.6 against 34.3 / 33.7, 5120->13824 11.5 /
+//          11.6 against 11.7 / 11.7 (the tail 0.9-1.0 us against 1.15)
 //   DETRED 1 at one token (the default there), 0 (elsewhere, and at one
 //          token for comparison): each warp stores its sums of a tile into
 //          a slot of its own and they are added in warp order (see METHOD),
@@ -550,7 +557,7 @@ constexpr int kUnroll = UNR;   // #pragma unroll takes a constant expression, no
 #define ROWPERM 1 // 1: the mma's rows map to tile rows in the order that spreads weight loads over the banks (below)
 #endif
 #ifndef ENDR
-#define ENDR 1    // 1: the last tile's shares are added at the block's end through the ring (below)
+#define ENDR (DETRED ? 0 : 1)   // 1: the last tile's shares are added at the block's end through the ring (below)
 #endif
 #ifndef FOLD3
 #define FOLD3 1   // FP16: the fold in three fused multiply-adds per sum (below)
