@@ -394,8 +394,9 @@
 //   refill of the first part writes the buffer the stage NS earlier did
 //   not use, while that stage may still read its own.
 //   The block's end (ENDR, above one token by default, where its last SG
-//   stages are all of its last tile): a warp's chunks of that tile are the last of its sequence, so
-//   it holds the sums of all of them and never adds them to the tile's
+//   stages are all of its last tile): a warp's chunks of that tile are the
+//   last of its sequence, so it holds the sums of all of them and never
+//   adds them to the tile's
 //   accumulator. Once every consumer warp has done all its stages (a named
 //   barrier), the ring is no longer written, so each warp stores its sums
 //   into it, and after a second barrier the consumer threads add them in
