@@ -51,3 +51,23 @@ func TestGPUBulkIsBitReproducibleAtOneToken(t *testing.T) {
 		a(1, 2304, 4240, 8, 32, true),
 	}, 5)
 }
+
+// TestGPUReproducibleCandidates runs gemv and gemv/tensor-core five times on
+// the same inputs: every run must give the same bits. (gemv/bulk is, at one
+// token, above; above one token its warps add their sums with shared float
+// atomics, in whatever order they finish.)
+func TestGPUReproducibleCandidates(t *testing.T) {
+	a := plugintest.AffineRequest
+	dev := plugintest.OpenGPU(t)
+	for _, c := range []struct {
+		name     string
+		requests []sdk.Request
+	}{
+		{gemv{}.Info().Name, []sdk.Request{a(1, 4096, 4096, 4, 64, false), a(3, 2880, 2880, 4, 32, true)}},
+		{gemvTensorCore{}.Info().Name, []sdk.Request{a(1, 4096, 14336, 4, 64, false), a(4, 4096, 4096, 8, 32, true)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			plugintest.RunReproducible(t, plugintest.Self(), dev, c.name, c.requests, 5)
+		})
+	}
+}

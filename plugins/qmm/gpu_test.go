@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/gpukernel"
 	"github.com/kcand/kcand/sdk/plugintest"
 )
@@ -18,4 +19,28 @@ func TestGPUShapes(t *testing.T) {
 // the GPU test shapes (needs NVRTC, not a GPU).
 func TestVariantsCompile(t *testing.T) {
 	plugintest.CompileVariants(t, gpukernel.Source{Name: sourceName, Code: kernelSource}, choice)
+}
+
+// TestGPUReproducibleCandidates runs each candidate five times on the same
+// inputs at shapes that take its main paths: every run must give the same
+// bits. qmm/wgmma's shapes take 256-token tiles, pairs, K in two shares
+// within a cluster and stream-K. Not qmm/bulk: its K slices are added into
+// the workspace with float atomics in whatever order they finish (13 of
+// 458752 bytes differed between two runs at 16 tokens, 4096→14336).
+func TestGPUReproducibleCandidates(t *testing.T) {
+	a := plugintest.AffineRequest
+	dev := plugintest.OpenGPU(t)
+	for _, c := range []struct {
+		name     string
+		requests []sdk.Request
+	}{
+		{qmm{}.Info().Name, []sdk.Request{a(33, 4096, 4096, 4, 64, false), a(7, 1152, 1032, 3, 64, true)}},
+		{qmmStream{}.Info().Name, []sdk.Request{a(16, 4096, 4104, 4, 64, true), a(12, 4096, 4096, 8, 32, false)}},
+		{qmmWave{}.Info().Name, []sdk.Request{a(16, 4096, 14336, 4, 64, false), a(24, 2048, 22008, 4, 64, true), a(13, 28672, 8200, 4, 64, true)}},
+		{qmmWGMMA{}.Info().Name, []sdk.Request{a(256, 4096, 14336, 4, 64, false), a(96, 4096, 2056, 4, 64, true), a(200, 4096, 1032, 4, 64, true), a(150, 4096, 25464, 4, 64, true)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			plugintest.RunReproducible(t, plugintest.Self(), dev, c.name, c.requests, 5)
+		})
+	}
 }
