@@ -1104,14 +1104,14 @@ def bulk_correctness_cases():
         (3584, 18944, 4, 64, True, 1, dict(fp16=None)),
         (2304, 4240, 8, 32, True, 1, dict(_GRID=9)),
         # offsets computed per group (FASTADDR 0: runs of 20 groups of 32 at 4 bits, or forced),
-        # the last tile's shares through atomics (ENDR 0; the default at one token), the end
-        # path at one token (ENDR 1) and with many tiles per
+        # the last tile's shares through atomics (ENDR 0 with DETRED 0: at one token ENDR 0 is
+        # the default, through the warps' slots), the end path at one token (ENDR 1) and with many tiles per
         # block, and 8 bits in groups of 128 (one group per line; with UNR 2 two per step)
         (1280, 4104, 4, 32, True, 1, dict(seg=640, parts=1, wk=2)),
         (4096, 14336, 4, 64, True, 1, dict(FASTADDR=0)),
         (14336, 4096, 4, 64, False, 3, dict(FASTADDR=0, _GRID=9)),
         (3072, 1032, 8, 32, False, 2, dict(cw=12, wk=3, seg=768, parts=1, _GRID=5, FASTADDR=0)),
-        (28672, 8192, 4, 64, True, 1, dict(ENDR=0)),
+        (28672, 8192, 4, 64, True, 1, dict(ENDR=0, DETRED=0)),
         (28672, 8192, 4, 64, False, 1, dict(ENDR=1)),   # the end path at one token (by default 0 there)
         (4096, 14336, 4, 64, True, 1, dict(fp16=None, ENDR=1)),
         (8192, 4104, 4, 64, False, 8, dict(mt=2, _GRID=19)),

@@ -53,9 +53,10 @@ func TestGPUBulkIsBitReproducibleAtOneToken(t *testing.T) {
 }
 
 // TestGPUReproducibleCandidates runs gemv and gemv/tensor-core five times on
-// the same inputs: every run must give the same bits. (gemv/bulk is, at one
-// token, above; above one token its warps add their sums with shared float
-// atomics, in whatever order they finish.)
+// the same inputs: every run must give the same bits. gemv/bulk has its own
+// test at one token (TestGPUBulkIsBitReproducibleAtOneToken); above one
+// token its warps add their sums with shared float atomics, in whatever
+// order they finish.
 func TestGPUReproducibleCandidates(t *testing.T) {
 	a := plugintest.AffineRequest
 	dev := plugintest.OpenGPU(t)

@@ -23,10 +23,12 @@ func TestVariantsCompile(t *testing.T) {
 
 // TestGPUReproducibleCandidates runs each candidate five times on the same
 // inputs at shapes that take its main paths: every run must give the same
-// bits. qmm/wgmma's shapes take 256-token tiles, pairs, K in two shares
-// within a cluster and stream-K. Not qmm/bulk: its K slices are added into
-// the workspace with float atomics in whatever order they finish (13 of
-// 458752 bytes differed between two runs at 16 tokens, 4096→14336).
+// bits. qmm/wgmma's shapes take 256-token tiles, pairs (96 and 200 tokens)
+// and stream-K; its split tails (left-over tiles split K-wise in 3 or 4
+// blocks without a cluster, e.g. 4096→18944 at 256 tokens) add their shares
+// with float atomics and are not reproducible, nor is qmm/bulk, whose K
+// slices meet the same way (13 of 458752 bytes differed between two runs
+// at 16 tokens, 4096→14336).
 func TestGPUReproducibleCandidates(t *testing.T) {
 	a := plugintest.AffineRequest
 	dev := plugintest.OpenGPU(t)

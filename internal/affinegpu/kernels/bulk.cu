@@ -201,7 +201,7 @@
 //          against 12.1), 14336->4096 11.0 against 11.2 (groups of 128:
 //          11.2 against 11.3), 4096^2 and 4096->6144 0.1 faster; no
 //          change at 8192->28672 and 28672->8192
-//   ENDR   1 (default above one token) or 0 (default at one token): the
+//   ENDR   1 (default above one token) or 0 (default where DETRED is 1): the
 //          block's last tile through the ring at its end (see METHOD), where
 //          its last SG stages are all of that tile; 0 where the warps' sums
 //          do not fit the ring. At one token (DETRED) the warps' slots make
@@ -210,7 +210,8 @@
 //          14336->4096 9.6 / 9.6 against 9.7 / 9.7, 4096^2 3.9 / 3.9 against
 //          4.1 / 4.0, 8192->28672 31.6 / 31.6 against 31.8 / 31.9,
 //          28672->8192 34.0 / 33.6 against 34.3 / 33.7, 5120->13824 11.5 /
-//          11.6 against 11.7 / 11.7 (the tail 0.9-1.0 us against 1.15)
+//          11.6 against 11.7 / 11.7 (the median tail 0.9-1.4 us against
+//          1.1-1.75)
 //   DETRED 1 at one token (the default there), 0 (elsewhere, and at one
 //          token for comparison): each warp stores its sums of a tile into
 //          a slot of its own and they are added in warp order (see METHOD),
@@ -396,11 +397,11 @@
 //   The block's end (ENDR, above one token by default, where its last SG
 //   stages are all of its last tile): a warp's chunks of that tile are the
 //   last of its sequence, so it holds the sums of all of them and never
-//   adds them to the tile's
-//   accumulator. Once every consumer warp has done all its stages (a named
-//   barrier), the ring is no longer written, so each warp stores its sums
-//   into it, and after a second barrier the consumer threads add them in
-//   warp order and store y (a result that does not depend on timing).
+//   adds them to the tile's accumulator. Once every consumer warp has done
+//   all its stages (a named barrier), the ring is no longer written, so
+//   each warp stores its sums into it, and after a second barrier the
+//   consumer threads add them in warp order and store y (a result that
+//   does not depend on timing).
 //   Shared float atomics are a compare-and-swap loop on sm_90, and all CW
 //   warps used to add at the same moment there. Where the sums do not fit
 //   the ring (CW*XT*TR floats above NS*STAGE bytes) ENDR is 0.
