@@ -43,13 +43,13 @@ func TestBulkVariantsCompile(t *testing.T) {
 // 8 bits in 16-row tiles (2304→4240).
 func TestGPUBulkIsBitReproducibleAtOneToken(t *testing.T) {
 	a := plugintest.AffineRequest
-	plugintest.RunReproducible(t, plugintest.Self(), plugintest.OpenGPU(t), gemvBulk{}.Info().Name, []sdk.Request{
+	plugintest.RunReproducible(t, plugintest.Self(), plugintest.OpenGPU(t), 5, plugintest.Repeat{Candidate: gemvBulk{}.Info().Name, Requests: []sdk.Request{
 		a(1, 4096, 14336, 4, 64, false),
 		a(1, 5120, 13824, 4, 64, true),
 		a(1, 14336, 4096, 4, 64, false),
 		a(1, 28672, 8192, 4, 64, true),
 		a(1, 2304, 4240, 8, 32, true),
-	}, 5)
+	}})
 }
 
 // TestGPUReproducibleCandidates runs gemv and gemv/tensor-core five times on
@@ -59,16 +59,7 @@ func TestGPUBulkIsBitReproducibleAtOneToken(t *testing.T) {
 // order they finish.
 func TestGPUReproducibleCandidates(t *testing.T) {
 	a := plugintest.AffineRequest
-	dev := plugintest.OpenGPU(t)
-	for _, c := range []struct {
-		name     string
-		requests []sdk.Request
-	}{
-		{gemv{}.Info().Name, []sdk.Request{a(1, 4096, 4096, 4, 64, false), a(3, 2880, 2880, 4, 32, true)}},
-		{gemvTensorCore{}.Info().Name, []sdk.Request{a(1, 4096, 14336, 4, 64, false), a(4, 4096, 4096, 8, 32, true)}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			plugintest.RunReproducible(t, plugintest.Self(), dev, c.name, c.requests, 5)
-		})
-	}
+	plugintest.RunReproducible(t, plugintest.Self(), plugintest.OpenGPU(t), 5,
+		plugintest.Repeat{Candidate: gemv{}.Info().Name, Requests: []sdk.Request{a(1, 4096, 4096, 4, 64, false), a(3, 2880, 2880, 4, 32, true)}},
+		plugintest.Repeat{Candidate: gemvTensorCore{}.Info().Name, Requests: []sdk.Request{a(1, 4096, 14336, 4, 64, false), a(4, 4096, 4096, 8, 32, true)}})
 }

@@ -31,18 +31,9 @@ func TestVariantsCompile(t *testing.T) {
 // at 16 tokens, 4096→14336).
 func TestGPUReproducibleCandidates(t *testing.T) {
 	a := plugintest.AffineRequest
-	dev := plugintest.OpenGPU(t)
-	for _, c := range []struct {
-		name     string
-		requests []sdk.Request
-	}{
-		{qmm{}.Info().Name, []sdk.Request{a(33, 4096, 4096, 4, 64, false), a(7, 1152, 1032, 3, 64, true)}},
-		{qmmStream{}.Info().Name, []sdk.Request{a(16, 4096, 4104, 4, 64, true), a(12, 4096, 4096, 8, 32, false)}},
-		{qmmWave{}.Info().Name, []sdk.Request{a(16, 4096, 14336, 4, 64, false), a(24, 2048, 22008, 4, 64, true), a(13, 28672, 8200, 4, 64, true)}},
-		{qmmWGMMA{}.Info().Name, []sdk.Request{a(256, 4096, 14336, 4, 64, false), a(96, 4096, 2056, 4, 64, true), a(200, 4096, 1032, 4, 64, true), a(150, 4096, 25464, 4, 64, true)}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			plugintest.RunReproducible(t, plugintest.Self(), dev, c.name, c.requests, 5)
-		})
-	}
+	plugintest.RunReproducible(t, plugintest.Self(), plugintest.OpenGPU(t), 5,
+		plugintest.Repeat{Candidate: qmm{}.Info().Name, Requests: []sdk.Request{a(33, 4096, 4096, 4, 64, false), a(7, 1152, 1032, 3, 64, true)}},
+		plugintest.Repeat{Candidate: qmmStream{}.Info().Name, Requests: []sdk.Request{a(16, 4096, 4104, 4, 64, true), a(12, 4096, 4096, 8, 32, false)}},
+		plugintest.Repeat{Candidate: qmmWave{}.Info().Name, Requests: []sdk.Request{a(16, 4096, 14336, 4, 64, false), a(24, 2048, 22008, 4, 64, true), a(13, 28672, 8200, 4, 64, true)}},
+		plugintest.Repeat{Candidate: qmmWGMMA{}.Info().Name, Requests: []sdk.Request{a(256, 4096, 14336, 4, 64, false), a(96, 4096, 2056, 4, 64, true), a(200, 4096, 1032, 4, 64, true), a(150, 4096, 25464, 4, 64, true)}})
 }

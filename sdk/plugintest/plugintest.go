@@ -146,37 +146,51 @@ func OpenGPU(t *testing.T) device.Device {
 	return dev
 }
 
-// RunReproducible starts the plugin and runs candidate runs times on one
-// random sample of each of requests on dev, each run into freshly poisoned
-// outputs, and checks that every run gives the same bytes as the first and
-// passes the gate against the float64 reference: for candidates that
-// promise bit-reproducible results. A request the candidate refuses on
-// dev (another GPU generation) is skipped with its reason.
-func RunReproducible(t *testing.T, command func() *exec.Cmd, dev device.Device, candidate string, requests []sdk.Request, runs int) {
+// Repeat names a candidate and the requests RunReproducible runs it on.
+type Repeat struct {
+	Candidate string
+	Requests  []sdk.Request
+}
+
+// RunReproducible starts the plugin once and, for each case, runs its
+// candidate runs times on one random sample of each of its requests on dev,
+// each run into freshly poisoned outputs, and checks that every run gives
+// the same bytes as the first and that the first passes the gate against
+// the float64 reference: for candidates that promise bit-reproducible
+// results. A request the candidate refuses on dev (another GPU
+// generation) is skipped with its reason.
+func RunReproducible(t *testing.T, command func() *exec.Cmd, dev device.Device, runs int, cases ...Repeat) {
 	p := Start(t, command)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("random inputs drawn with seed %d on %s", seed, dev.Kind())
-	for i, req := range requests {
-		t.Run(candidate+"/"+req.Key(), func(t *testing.T) {
-			if ok, why := admission(t, ctx, p, req, dev.Profile(), candidate); !ok {
-				t.Skipf("%s refuses %s on %s: %s", candidate, req.Key(), dev.Profile().Name, why)
-			}
-			contract, err := family.Lookup(req.Family)
-			require.NoError(t, err)
-			sample := contract.RandomSample(req, seed+uint64(i))
-			first := runCandidate(t, ctx, p, dev, contract, req, candidate, sample, poisonNaN)
-			require.NoError(t, contract.SpotCheck(req, sample, first, spotElements), "gate against the float64 reference")
-			for r := 1; r < runs; r++ {
-				again := runCandidate(t, ctx, p, dev, contract, req, candidate, sample, poisonNaN)
-				for name, want := range first {
-					require.True(t, bytes.Equal(want, again[name]), "run %d of %d: output %q differs from the first run's at %d of %d bytes",
-						r+1, runs, name, differing(want, again[name]), len(want))
-				}
-			}
-		})
+	for _, c := range cases {
+		for i, req := range c.Requests {
+			checkReproducible(t, ctx, p, dev, c.Candidate, req, seed+uint64(i), runs)
+		}
 	}
+}
+
+// checkReproducible is RunReproducible for one candidate and request.
+func checkReproducible(t *testing.T, ctx context.Context, p sdk.Plugin, dev device.Device, candidate string, req sdk.Request, seed uint64, runs int) {
+	t.Run(candidate+"/"+req.Key(), func(t *testing.T) {
+		if ok, why := admission(t, ctx, p, req, dev.Profile(), candidate); !ok {
+			t.Skipf("%s refuses %s on %s: %s", candidate, req.Key(), dev.Profile().Name, why)
+		}
+		contract, err := family.Lookup(req.Family)
+		require.NoError(t, err)
+		sample := contract.RandomSample(req, seed)
+		first := runCandidate(t, ctx, p, dev, contract, req, candidate, sample, poisonNaN)
+		require.NoError(t, contract.SpotCheck(req, sample, first, spotElements), "gate against the float64 reference")
+		for r := 1; r < runs; r++ {
+			again := runCandidate(t, ctx, p, dev, contract, req, candidate, sample, poisonNaN)
+			for name, want := range first {
+				require.True(t, bytes.Equal(want, again[name]), "run %d of %d: output %q differs from the first run's at %d of %d bytes",
+					r+1, runs, name, differing(want, again[name]), len(want))
+			}
+		}
+	})
 }
 
 // differing counts the bytes at which a and b differ (a length difference
