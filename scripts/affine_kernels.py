@@ -1625,14 +1625,17 @@ class WGNotServed(ValueError):
     """A wg.cu variant that cannot run a request (a cluster's share without groups)."""
 
 
-def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: int, shared: int = 0, sk: int = 0) -> int:
+def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: int, shared: int = 0, sk: int = 0,
+                       row_first: int = 0) -> int:
     """The stages of x / sigma, one float sigma per padded token, then
-    (split K without a cluster) the fp32 sums, or (stream-K) one int
+    (split K without a cluster) the fp32 sums of the split rows (row_first
+    on) of every token in ceil(splits/2) slices, a pair of shares each
+    (wgmma.go, sumSlices), or (stream-K) one int
     counter per shared tile and the blocks' ticket, rounded up to 16
     bytes, and one partial of BN/2 floats per consumer thread per stream-K
     block."""
     tiles = -(-tokens // cfg["BN"])
-    sums = tokens * out_f * 4 if splits > 1 and not cfg.get("CLUSTER") else 0
+    sums = -(-splits // 2) * tokens * (out_f - row_first) * 4 if splits > 1 and not cfg.get("CLUSTER") else 0
     if sk:
         sums = -(-(shared + 1) // 4) * 16 + sk * (cfg["BN"] // 2) * 128 * cfg["WGS"] * 4
     return tiles * (in_f // 64) * wg_stage_bytes(cfg) + tiles * cfg["BN"] * 4 + sums
@@ -1662,8 +1665,8 @@ def wg_threads(cfg: dict) -> int:
 
 
 def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
-    """A callable launching xprep, main (and, split K, reduce) on
-    torch's stream, and its workspace."""
+    """A callable launching xprep, main (and, split K, reduce, which adds
+    the sums' slices in order) on torch's stream, and its workspace."""
     import numpy as np
     import torch
     bn, in_f, out_f = cfg["BN"], wt.in_f, wt.out_f
@@ -1695,7 +1698,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     if cluster and (splits != cluster or full % cluster or stages < cluster or sk):
         raise WGNotServed(f"CLUSTER {cluster}: splits {splits}, full {full}, {stages} weight stages")
     row_first = full * 64 * cfg["WGS"]
-    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits, t_all - full, sk), dtype=torch.uint8, device="cuda")
+    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits, t_all - full, sk, row_first), dtype=torch.uint8, device="cuda")
     reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 and not cluster else None
     smem = wg_smem(cfg)
     xprep = get_kernel(WG_CU, cfg, 2 * cfg.get("XPREP_TOKENS", 2) * in_f, name="affine_wg_xprep")
@@ -1708,7 +1711,8 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
                   np.int32(1 if cluster else splits), np.int32(row_first),   # a cluster needs no cleared sums
                   np.int32(t_all - full + 1 if sk else 0))                    # stream-K's tile counters and ticket
     bias_p = np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0)
-    args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(row_first))
+    args_reduce = (p(xp), bias_p, p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(splits),
+                   np.int32(row_first))
     args_main = (p(xp), p(w), p(scales), p(biases),
                  np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
                  p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]), np.int32(splits),
@@ -1751,6 +1755,7 @@ def default_wg_configs():
 
 
 WG_CONFIGS = None   # --wg's variants: default_wg_configs() or --wg-configs
+WG_REPEATS = 5      # runs of each correctness case whose tiles' shares meet through the workspace (split tails, stream-K)
 WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check (diagnostics)
 WG_STREAMK = True     # --no-streamk: the rule without stream-K (wg_tile_rule), for same-call comparisons
 WG_PDL = True         # --no-pdl: launch the wgmma path's kernels, the bulk and the stream kernel without early start
@@ -1957,6 +1962,21 @@ def run_wg(quick: bool, bench: bool = True):
                 ok_e, detail = check(y.view(torch.bfloat16)[0::2], ref[0::2])
                 ok_o, detail_o = check(y.view(torch.bfloat16)[1::2] / 2.0 ** xe, ref[1::2] / 2.0 ** xe)
                 ok, detail = ok_e and ok_o, f"{detail}; x*2^{xe} tokens /2^{xe}: {detail_o}"
+            if cfg.get("_sk") or cfg["_splits"] > 1 and not cfg.get("CLUSTER"):
+                # Shares that meet through the workspace give the same
+                # bits whichever finishes first: every run gives the first
+                # one's.
+                first = y.clone()
+                for r in range(WG_REPEATS - 1):
+                    y.fill_(-1)
+                    run()
+                    torch.cuda.synchronize()
+                    if not torch.equal(y, first):
+                        ok = False
+                        detail += f"; run {r + 2} differs from the first at {int((y != first).sum())} values"
+                        break
+                else:
+                    detail += f"; {WG_REPEATS} runs, the same bits"
             ok_all &= ok
             if not ok:
                 failed.add((variant_key(WG_CU, cfg), cfg["_splits"], cfg["_full"], cfg.get("_sk", 0)))
@@ -2111,6 +2131,7 @@ def main():
                           wg_choose(64, 4096, in_f=4096), wg_choose(128, 8192, in_f=28672),
                           wg_choose(64, 8192, in_f=28672),   # the variants the plugin runs
                           wg_config(256, 3, 2, 3, 16, 2, 4, -1, 6),   # whole waves of 6 tiles, then split in 4
+                          wg_config(256, 3, 2, 3, 16, 2, 3, -1, 6),   # ... in 3 (at 640 inputs, 2 weight stages: share 0 empty)
                           # stream-K: whole waves of 6 tiles, then 7 blocks over the rest; one block per weight stage
                           # (every block of a tile but the last a contributor); 128-token tiles, one block per SM
                           wg_config(256, 3, 2, 3, 16, 2, 1, -1, 6, 0, 7), wg_config(256, 3, 2, 3, 16, 2, 1, 0, 0, 0, 1 << 20),

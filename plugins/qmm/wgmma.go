@@ -28,7 +28,7 @@ const (
 	// wgWidePrepMinIn to wgWidePrepMaxIn input features (chooseWG).
 	wgXPrepWideThreads                                 = 256
 	wgWidePrepTokens, wgWidePrepMinIn, wgWidePrepMaxIn = 256, 4096, 8192
-	// wgReduceEntry writes y from the split-K sums.
+	// wgReduceEntry writes y from the split-K sums' slices, added in order.
 	wgReduceEntry = "affine_wg_reduce"
 	// wgReduceThreads is affine_wg_reduce's block; wgReduceBlocks caps its
 	// grid-stride grid.
@@ -365,14 +365,15 @@ func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) 
 
 // workspaceBytes is the permuted copy of x, one stage per token tile and
 // group, then one float scale (sigma) per token of the padded tiles, then
-// with a split K outside a cluster the fp32 sums of y, or with stream-K
+// with a split K outside a cluster the fp32 sums of the split rows in
+// sumSlices slices, or with stream-K
 // the tile counters, the ticket that numbers the stream-K blocks, and the
 // blocks' partial sums.
 func (c wgConfig) workspaceBytes(req sdk.Request) int64 {
 	tiles := int64(c.tiles(req))
 	n := tiles*int64(req.InFeatures/64)*int64(c.stageBytes()) + tiles*int64(c.BN)*4
 	if c.sumsInMemory() {
-		n += int64(req.Tokens) * int64(req.OutFeatures) * 4
+		n += int64(c.sumSlices()) * int64(req.Tokens) * int64(req.OutFeatures-c.rowFirst()) * 4
 	}
 	if c.StreamK > 0 {
 		// a counter per shared tile and the blocks' ticket, rounded up to
@@ -394,6 +395,15 @@ func (c wgConfig) sharedTiles(req sdk.Request) int {
 // (a cluster adds them in shared memory instead).
 func (c wgConfig) sumsInMemory() bool { return c.Splits > 1 && !c.Cluster }
 
+// sumSlices is the slices of the split-K sums: shares 2j and 2j+1 add
+// into slice j (the last of an odd number stores its slice alone), and the
+// reduce kernel adds the slices in order. Two float additions onto zero
+// give the same bits in either order, so a call's result does not depend
+// on which share finished first; with three or four shares adding into
+// one sum it did (wg.cu; bench/NOTES.md, twenty-eighth session: 18-29 of
+// 5.6 M outputs differed from run to run at 256 tokens, 4096->22016).
+func (c wgConfig) sumSlices() int { return ceilDiv(c.Splits, 2) }
+
 // rowFirst is the first output row whose tiles are split: the split-K sums
 // and their reduction start there.
 func (c wgConfig) rowFirst() int { return c.Full * 64 * c.WGS }
@@ -410,7 +420,7 @@ func (c wgConfig) mainBlocks(req sdk.Request) int {
 // wgLaunches are the launches of one call, in stream order.
 type wgLaunches struct {
 	// prep (affine_wg_xprep): each token's power-of-two scale, x / scale
-	// in fp16 in the B layout, cleared sums
+	// in fp16 in the B layout, cleared sums (every slice)
 	prep   gpukernel.Launch
 	main   gpukernel.Launch  // the product
 	reduce *gpukernel.Launch // with sums in memory: y from them
@@ -458,7 +468,7 @@ func (c wgConfig) launches(req sdk.Request) wgLaunches {
 		l.reduce = &gpukernel.Launch{
 			Grid: [3]uint32{uint32(min(ceilDiv(chunks, wgReduceThreads), wgReduceBlocks)), 1, 1}, Block: [3]uint32{wgReduceThreads, 1, 1},
 			Programmatic: true,
-			Params:       []sdk.Param{ws, bias, sdk.BufferParam(affine.Y), tok, in, out, rowFirst},
+			Params:       []sdk.Param{ws, bias, sdk.BufferParam(affine.Y), tok, in, out, splits, rowFirst},
 		}
 	}
 	return l

@@ -246,15 +246,18 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 			assert.Nil(t, l.reduce, "a cluster writes y itself")
 			continue
 		}
-		// 136 tokens, 137 row blocks of 128: 132 whole, then 5 split in 4;
-		// the reduction covers rows 16896..17415, 65 chunks of 8 per token.
+		// 136 tokens, 137 row blocks of 128: 132 whole, then 5 split in 4,
+		// whose shares add in pairs into two slices; the reduction adds
+		// the slices of rows 16896..17415, 65 chunks of 8 per token.
 		require.NotNil(t, l.reduce, req.Key())
 		assert.Equal(t, []int{4, 132}, []int{c.Splits, c.Full}, req.Key())
 		assert.Equal(t, uint32(132+5*4), main.Grid[0])
 		assert.Equal(t, [3]uint32{35, 1, 1}, l.reduce.Grid, "136 tokens × 65 chunks, 256 per block")
 		assert.True(t, l.reduce.Programmatic)
-		require.Len(t, l.reduce.Params, 7)
-		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, l.reduce.Params[6]))
+		require.Len(t, l.reduce.Params, 8)
+		assert.Equal(t, int32(4), int32Of(t, l.reduce.Params[6]), "the shares, two to a slice")
+		assert.Equal(t, 2, c.sumSlices())
+		assert.Equal(t, int32(c.Full*64*c.WGS), int32Of(t, l.reduce.Params[7]))
 		assert.Equal(t, sdk.BufferWorkspace, l.reduce.Params[0].Buffer)
 		assert.Equal(t, affine.Y, l.reduce.Params[2].Buffer)
 
@@ -264,8 +267,8 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 // The sizes the host allocates and reserves are the kernel's own:
 // STAGE_BYTES and SMEM_BYTES of wg.cu for the large-batch variants, and the
 // workspace of one stage per token tile and group, a float per padded
-// token, then the split-K sums (4096x14336 at 4096 tokens: 16 tiles of
-// 256, 64 groups; 14336x4096 at 256 tokens: split in 4).
+// token, then the split-K sums' slices (4096x14336 at 4096 tokens: 16
+// tiles of 256, 64 groups; 4096x17920 at 256 tokens: 8 tiles split in 4).
 func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	assert.Equal(t, 32768, wgWide.stageBytes())   // 4*256*32
 	assert.Equal(t, 221184, wgWide.sharedBytes()) // 3*32768 + 3*128*(256+32+32)
@@ -289,7 +292,8 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	c := chooseWG(split, 132)
 	require.Equal(t, []int{4, 132}, []int{c.Splits, c.Full})
 	require.False(t, c.Cluster)
-	assert.Equal(t, int64(64*32768+256*4+256*17920*4), c.workspaceBytes(split), "stages, sigma, then the fp32 sums")
+	assert.Equal(t, int64(64*32768+256*4+2*256*1024*4), c.workspaceBytes(split),
+		"stages, sigma, then the fp32 sums of the 1024 split rows for 256 tokens in two slices, a pair of shares each")
 	shared := int4Request(256, 8192, 28672)
 	c = chooseWG(shared, 132)
 	require.Equal(t, []int{1, 132, 132}, []int{c.Splits, c.Full, c.StreamK})

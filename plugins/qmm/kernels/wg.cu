@@ -16,9 +16,9 @@
 //     exact; then one STAGE_BYTES block per (token tile, group): x / sigma
 //     in fp16, in the B-operand layout below (permuted to match the A
 //     unpacking). Tokens past the end are 0. With splits > 1 it also
-//     clears the tokens' split-K sums of outputs row_first and up; its
-//     block 0 clears `counters` ints, stream-K's tile counters and its
-//     ticket (0: none).
+//     clears the tokens' split-K sums (the slices of two shares) of
+//     outputs row_first and up; its block 0 clears `counters` ints,
+//     stream-K's tile counters and its ticket (0: none).
 //   affine_wg(ws, weight, scales, biases, bias, y, tokens, in, out, band, splits, full, sk)
 //     grid (full + (T - full) * splits), or with stream-K (sk > 0) full +
 //     sk, with T = ceil(out/ROWS) * ceil(tokens/BN) tiles, block THREADS,
@@ -26,7 +26,11 @@
 //     `band` row blocks; the first `full` tiles (whole waves) take one
 //     block each and write y; each later tile takes `splits` blocks, split
 //     s computing the s-th share of the groups (whole weight stages) and
-//     adding its fp32 share into the sums (red.global.add). Compiled with
+//     adding its fp32 share into slice s/2 of the sums (red.global.add):
+//     a slice takes at most two shares, and two additions onto zero give
+//     the same bits in either order (a + b = b + a), so the sums do not
+//     depend on which share finished first. With an odd number of shares
+//     the last, which always has groups, stores its slice alone. Compiled with
 //     CLUSTER = splits, the shares of a tile are instead one thread-block
 //     cluster (so full is a multiple of CLUSTER and every share has
 //     groups) that adds them in shared memory and writes y itself.
@@ -37,15 +41,20 @@
 //     tile's end finishes it with the partial sums of the blocks before it
 //     (see affine_wg) and writes y: no reduce launch. With a split and no
 //     CLUSTER,
-//   affine_wg_reduce(ws, bias, y, tokens, in, out, row_first)
-//     (any grid, block 256) writes y = bf16(sum + bias) for outputs
-//     row_first and up, the split tiles' rows: row_first = full * ROWS
-//     (full > 0 only with a single token tile, whose tiles are its row
-//     blocks in order).
+//   affine_wg_reduce(ws, bias, y, tokens, in, out, splits, row_first)
+//     (any grid, block 256) writes y = bf16(the slices added in order +
+//     bias) for outputs row_first and up, the split tiles' rows: row_first
+//     = full * ROWS (full > 0 only with a single token tile, whose tiles
+//     are its row blocks in order).
 // Workspace ws: the stages, ceil(tokens/BN) * (in/64) * STAGE_BYTES bytes,
 // then ceil(tokens/BN) * BN floats of sigma, then (splits > 1 without
-// CLUSTER) tokens * out floats of sums, which xprep clears when its splits
-// argument is above 1; or, with stream-K, T - full int counters and a
+// CLUSTER) ceil(splits/2) slices of sums, each tokens * (out - row_first)
+// floats, whose splits/2 slices of two shares xprep clears when its splits
+// argument is above 1 (with
+// one slice of all the shares, as before, three or four shares' float
+// additions landed in whatever order they finished, and the last bit of
+// the sums varied from run to run); or, with stream-K, T - full int
+// counters and a
 // ticket (rounded up to 16 bytes), which xprep clears as its `counters`,
 // then sk partials of NACC * WGS * 128 floats.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
@@ -266,7 +275,9 @@ KC_DEV u32 kc_f16x2(float hi, float lo) {
 KC_DEV long long kc_sigma_offset(int tokens, int in_features) {
     return (long long)((tokens + BN - 1) / BN) * (in_features / GROUP) * STAGE_BYTES;
 }
-// The split-K fp32 sums [tokens][out] (only with splits > 1), after sigma.
+// The split-K fp32 sums (only with splits > 1 outside a cluster), after
+// sigma: [ceil(splits/2)][tokens][out - row_first], slice j shares 2j and
+// 2j + 1's.
 KC_DEV long long kc_sum_offset(int tokens, int in_features) {
     return kc_sigma_offset(tokens, in_features) + (long long)((tokens + BN - 1) / BN) * BN * 4;
 }
@@ -452,13 +463,12 @@ affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int t
             for (int r = 0; r < real; ++r)
                 kc_bulk(kc_smem(xrows) + r * row_bytes, x + (long long)(tok0 + r) * in_features, row_bytes, sbar);
         }
-        if (CLUSTER == 0 && splits > 1) {   // clear the tokens' split-K sums from output row_first on (a cluster has none)
-            const int per = (out_features - row_first) / 4;
-            for (int i = tid; i < real * per; i += XPREP_THREADS) {
-                const int r = i / per;
-                float4* sum = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features)) +
-                              ((long long)(tok0 + r) * out_features + row_first) / 4;
-                sum[i - r * per] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (CLUSTER == 0 && splits > 1) {   // clear the tokens' split-K sums in the slices of two shares (a cluster has none)
+            const int per = (out_features - row_first) / 4, slices = splits / 2;
+            float4* const sums = reinterpret_cast<float4*>(ws + kc_sum_offset(tokens, in_features));
+            for (int i = tid; i < slices * real * per; i += XPREP_THREADS) {
+                const int j = i / (real * per), rest = i - j * (real * per), r = rest / per;
+                sums[((long long)j * tokens + tok0 + r) * per + (rest - r * per)] = make_float4(0.f, 0.f, 0.f, 0.f);
             }
         }
         kc_bar_wait(sbar, 0);
@@ -1163,10 +1173,12 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 #endif
     kc_consumer_sync();
     if (nsplit > 1) {
-        // Split along K: this block's share of acc * sigma is added into the
-        // fp32 sum in the workspace (bias and bf16 come in affine_wg_reduce),
-        // through shared memory (both rings are free now) as 16-byte
-        // reductions of 4 rows each.
+        // Split along K: this block's share of acc * sigma is added into
+        // slice split/2 of the fp32 sums in the workspace, which it shares
+        // with one other share at most (bias and bf16 come in
+        // affine_wg_reduce), through shared memory (both rings are free
+        // now) as 16-byte reductions of 4 rows each; the last of an odd
+        // number of shares has its slice alone and stores it.
         float* ftile = reinterpret_cast<float*>(smem);
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j) {
@@ -1176,15 +1188,21 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                 ftile[(8 * j + 2 * tig + (e & 1)) * FTILE_LD + rl0 + 8 * (e >> 1)] = acc[4 * j + e] * ((e & 1) ? sg.y : sg.x);
         }
         kc_consumer_sync();
-        float* sum = reinterpret_cast<float*>(xp + kc_sum_offset(tokens, in_features));
+        const int row_first = full * ROWS, width = out_features - row_first;
+        const bool alone = splits % 2 == 1 && split == splits - 1;
+        float* sum = reinterpret_cast<float*>(xp + kc_sum_offset(tokens, in_features)) + (long long)(split / 2) * tokens * width;
 #pragma unroll 8
         for (int c = tid; c < BN * (ROWS / 4); c += WGS * 128) {
             const int tl = c / (ROWS / 4), rc = c % (ROWS / 4);
             const int tok = tile * BN + tl, row = row0 + 4 * rc;
             if (tok < tokens && row < out_features && !WG_DIAG_NORED) {
                 const float4 v = *reinterpret_cast<const float4*>(ftile + tl * FTILE_LD + 4 * rc);
-                asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
-                             :: "l"(sum + (long long)tok * out_features + row), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+                float* const dst = sum + (long long)tok * width + row - row_first;
+                if (alone)
+                    __stcg(reinterpret_cast<float4*>(dst), v);
+                else
+                    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
+                                 :: "l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
             }
         }
         return;
@@ -1231,22 +1249,39 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
 }
 
 // ---------------------------------------------------------------------------
-// Reduce (split-K only, after affine_wg): y = bf16(sum + bias), 8 outputs
-// per thread, grid-stride.
+// Reduce (split-K only, after affine_wg): y = bf16(the slices of the sums
+// added in order + bias), 8 outputs per thread, grid-stride.
 extern "C" __global__ void __launch_bounds__(256)
 affine_wg_reduce(const unsigned char* __restrict__ ws, const u16* __restrict__ bias, u16* __restrict__ y,
-                 int tokens, int in_features, int out_features, int row_first)
+                 int tokens, int in_features, int out_features, int splits, int row_first)
 {
     kc_grid_wait();   // the main kernel's sums
     const float* sum = reinterpret_cast<const float*>(ws + kc_sum_offset(tokens, in_features));
-    const int per_tok = (out_features - row_first) / 8;
+    const int width = out_features - row_first, per_tok = width / 8, slices = (splits + 1) / 2;
+    const long long slice = (long long)tokens * width;
     const long long chunks = (long long)tokens * per_tok;
     for (long long c = blockIdx.x * 256ll + threadIdx.x; c < chunks; c += (long long)gridDim.x * 256) {
         const long long tok = c / per_tok;
-        const int row = row_first + (int)(c - tok * per_tok) * 8;
-        const float4 a = *reinterpret_cast<const float4*>(sum + tok * out_features + row);
-        const float4 b = *reinterpret_cast<const float4*>(sum + tok * out_features + row + 4);
-        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const int col = (int)(c - tok * per_tok) * 8, row = row_first + col;
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (int j0 = 0; j0 < slices; j0 += 2) {
+            // Two slices' loads in flight at once, then their sums in order.
+            float4 a[2], b[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                a[i] = b[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (j0 + i < slices) {
+                    const float* p = sum + (j0 + i) * slice + tok * width + col;
+                    a[i] = *reinterpret_cast<const float4*>(p);
+                    b[i] = *reinterpret_cast<const float4*>(p + 4);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                v[0] += a[i].x; v[1] += a[i].y; v[2] += a[i].z; v[3] += a[i].w;
+                v[4] += b[i].x; v[5] += b[i].y; v[6] += b[i].z; v[7] += b[i].w;
+            }
+        }
         u32 o[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
