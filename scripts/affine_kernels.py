@@ -1969,6 +1969,7 @@ def run_wg(quick: bool, bench: bool = True):
                 first = y.clone()
                 for r in range(WG_REPEATS - 1):
                     y.fill_(-1)
+                    ws.fill_(0xFF)   # every run must write what it reads, as the first did
                     run()
                     torch.cuda.synchronize()
                     if not torch.equal(y, first):
@@ -2131,7 +2132,7 @@ def main():
                           wg_choose(64, 4096, in_f=4096), wg_choose(128, 8192, in_f=28672),
                           wg_choose(64, 8192, in_f=28672),   # the variants the plugin runs
                           wg_config(256, 3, 2, 3, 16, 2, 4, -1, 6),   # whole waves of 6 tiles, then split in 4
-                          wg_config(256, 3, 2, 3, 16, 2, 3, -1, 6),   # ... in 3 (at 640 inputs, 2 weight stages: share 0 empty)
+                          wg_config(256, 3, 2, 3, 16, 2, 3, -1, 6),   # ... in 3 (at 640 inputs and 4 bits, 2 weight stages: share 0 empty)
                           # stream-K: whole waves of 6 tiles, then 7 blocks over the rest; one block per weight stage
                           # (every block of a tile but the last a contributor); 128-token tiles, one block per SM
                           wg_config(256, 3, 2, 3, 16, 2, 1, -1, 6, 0, 7), wg_config(256, 3, 2, 3, 16, 2, 1, 0, 0, 0, 1 << 20),

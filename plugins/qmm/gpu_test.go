@@ -26,7 +26,8 @@ func TestVariantsCompile(t *testing.T) {
 // bits. qmm/wgmma's shapes take 256-token tiles, pairs (96 and 200 tokens),
 // stream-K (150 tokens) and split tails (left-over tiles split K-wise
 // without a cluster: in 4 at 136 tokens 4096→17416, in 3 at 256 tokens
-// 4096→22016), whose shares' sums the reduction adds in share order. qmm/bulk is
+// 4096→22016), whose shares add in pairs onto a cleared zero (the same bits
+// in either order) and whose reduction adds the pairs in order. qmm/bulk is
 // not reproducible: its K slices meet through float atomics (13 of 458752
 // bytes differed between two runs at 16 tokens, 4096→14336).
 func TestGPUReproducibleCandidates(t *testing.T) {

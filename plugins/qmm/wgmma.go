@@ -220,8 +220,7 @@ var (
 // cluster (28672→8192 at 64 tokens 100.7 µs against 173.2 for
 // one block per tile, at 128 tokens 130.5 against 190.5 for 64-token
 // tiles; at 256 tokens the same as the shares' sums through memory,
-// 197–207 µs either way, with one launch fewer and a result that does not
-// depend on timing). Otherwise, above 128 tokens, 256-token tiles
+// 197–207 µs either way, with one launch fewer). Otherwise, above 128 tokens, 256-token tiles
 // (4096→14336: 112 blocks, unsplit); when a single token tile's row
 // blocks overrun whole waves, the whole waves stay unsplit and the last
 // partial wave's tiles are shared, so that they finish sooner. Where
@@ -420,7 +419,7 @@ func (c wgConfig) mainBlocks(req sdk.Request) int {
 // wgLaunches are the launches of one call, in stream order.
 type wgLaunches struct {
 	// prep (affine_wg_xprep): each token's power-of-two scale, x / scale
-	// in fp16 in the B layout, cleared sums (every slice)
+	// in fp16 in the B layout, cleared sums (the slices of pairs of shares)
 	prep   gpukernel.Launch
 	main   gpukernel.Launch  // the product
 	reduce *gpukernel.Launch // with sums in memory: y from them

@@ -294,6 +294,11 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	require.False(t, c.Cluster)
 	assert.Equal(t, int64(64*32768+256*4+2*256*1024*4), c.workspaceBytes(split),
 		"stages, sigma, then the fp32 sums of the 1024 split rows for 256 tokens in two slices, a pair of shares each")
+	odd := int4Request(256, 4096, 22016)
+	c = chooseWG(odd, 132)
+	require.Equal(t, []int{3, 132}, []int{c.Splits, c.Full})
+	assert.Equal(t, 2, c.sumSlices(), "a pair of shares, then the last share alone")
+	assert.Equal(t, int64(64*32768+256*4+2*256*5120*4), c.workspaceBytes(odd), "the 40 split tiles' 5120 rows in two slices")
 	shared := int4Request(256, 8192, 28672)
 	c = chooseWG(shared, 132)
 	require.Equal(t, []int{1, 132, 132}, []int{c.Splits, c.Full, c.StreamK})

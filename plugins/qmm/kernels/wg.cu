@@ -50,12 +50,11 @@
 // then ceil(tokens/BN) * BN floats of sigma, then (splits > 1 without
 // CLUSTER) ceil(splits/2) slices of sums, each tokens * (out - row_first)
 // floats, whose splits/2 slices of two shares xprep clears when its splits
-// argument is above 1 (with
-// one slice of all the shares, as before, three or four shares' float
-// additions landed in whatever order they finished, and the last bit of
-// the sums varied from run to run); or, with stream-K, T - full int
-// counters and a
-// ticket (rounded up to 16 bytes), which xprep clears as its `counters`,
+// argument is above 1 (previously one sum took every share: three or four
+// shares' float additions landed in whatever order they finished, and the
+// last bit of the sums varied from run to run); or, with stream-K, T - full
+// int counters and a ticket (rounded up to 16 bytes), which xprep clears as
+// its `counters`,
 // then sk partials of NACC * WGS * 128 floats.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
 // groups, so at least two groups), out_features a multiple of 8, band >= 1,
@@ -174,7 +173,8 @@ typedef unsigned long long u64;
 #error "stream-K blocks are not clusters"
 #endif
 #ifndef WG_DIAG_NORED
-#define WG_DIAG_NORED 0   // diagnostic only: 1 skips the split-K reductions (wrong results; times their cost)
+#define WG_DIAG_NORED 0   // diagnostic only: 1 skips the split-K reductions and stores (wrong results, and an odd last share's
+                          // slice is left as it was, which may hold NaN; times their cost)
 #endif
 #define STEP_BYTES (BN * 32)                 // one k16 step of B
 #define XT_BYTES (4 * STEP_BYTES)            // one group of B
@@ -428,7 +428,7 @@ KC_DEV void kc_xconvert(const unsigned char* xrow, float inv_sigma, unsigned cha
 // 8*(s>>1) + 2*(s&1) + (k>>3) + 4*(k&1): the value the A pair of lane
 // tig = (k&7)>>1 puts in that slot. Tokens past the end are 0. With
 // splits > 1 it also clears its tokens' split-K sums of outputs row_first
-// and up, while the copy lands.
+// and up in the slices that take two shares, while the copy lands.
 // Work item (group g, half h, token r): half 0 reads the group's 16-byte
 // chunks 0, 2, 4, 6 and writes steps 0 and 1, half 1 chunks 1, 3, 5, 7 and
 // steps 2 and 3. r is the item's lowest bit, so a warp's two tokens fill
@@ -1277,10 +1277,11 @@ affine_wg_reduce(const unsigned char* __restrict__ ws, const u16* __restrict__ b
                 }
             }
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                v[0] += a[i].x; v[1] += a[i].y; v[2] += a[i].z; v[3] += a[i].w;
-                v[4] += b[i].x; v[5] += b[i].y; v[6] += b[i].z; v[7] += b[i].w;
-            }
+            for (int i = 0; i < 2; ++i)
+                if (j0 + i < slices) {
+                    v[0] += a[i].x; v[1] += a[i].y; v[2] += a[i].z; v[3] += a[i].w;
+                    v[4] += b[i].x; v[5] += b[i].y; v[6] += b[i].z; v[7] += b[i].w;
+                }
         }
         u32 o[4];
 #pragma unroll
