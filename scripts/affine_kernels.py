@@ -1664,12 +1664,16 @@ def wg_threads(cfg: dict) -> int:
     return 128 * cfg["WGS"] + 128
 
 
-def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
-    """A callable launching xprep, main (and, split K, reduce, which adds
-    the sums' slices in order) on torch's stream, and its workspace."""
-    import numpy as np
-    import torch
-    bn, in_f, out_f = cfg["BN"], wt.in_f, wt.out_f
+def wg_plan(cfg: dict, tokens: int, in_f: int, out_f: int) -> dict:
+    """How a variant runs a request, as plugins/qmm/wgmma.go launches it
+    (needs no GPU; scripts/wg_rule.py prints it for the Go test
+    TestWGRuleMatchesTheHarness): the token tiles, the tiles in all
+    (t_all), the leading whole tiles (full), the shares of a split tile
+    (splits), the stream-K blocks (sk), CLUSTER, the first split row
+    (row_first), the main kernel's grid, whether a reduce launch follows,
+    and the workspace's bytes. A variant that cannot run the request raises
+    WGNotServed."""
+    bn = cfg["BN"]
     tiles = -(-tokens // bn)
     splits = cfg.get("_splits", 1)
     row_blocks = -(-out_f // (64 * cfg["WGS"]))
@@ -1692,13 +1696,27 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     if splits == 1 and not sk:
         full = 0
     cluster = cfg.get("CLUSTER", 0)
-    if cfg.get("BITS", 4) != wt.bits:
-        raise ValueError(f"variant for {cfg.get('BITS', 4)} bits, weights of {wt.bits}")
     stages = -(-(in_f // 64) // wg_group_stage(cfg)[0])
     if cluster and (splits != cluster or full % cluster or stages < cluster or sk):
         raise WGNotServed(f"CLUSTER {cluster}: splits {splits}, full {full}, {stages} weight stages")
     row_first = full * 64 * cfg["WGS"]
-    xp = torch.empty(wg_workspace_bytes(cfg, tokens, in_f, out_f, splits, t_all - full, sk, row_first), dtype=torch.uint8, device="cuda")
+    return dict(tiles=tiles, t_all=t_all, full=full, splits=splits, sk=sk, cluster=cluster, row_first=row_first,
+                grid=full + (sk if sk else (t_all - full) * splits), reduce=splits > 1 and not cluster,
+                workspace=wg_workspace_bytes(cfg, tokens, in_f, out_f, splits, t_all - full, sk, row_first))
+
+
+def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
+    """A callable launching xprep, main (and, split K, reduce, which adds
+    the sums' slices in order) on torch's stream, and its workspace."""
+    import numpy as np
+    import torch
+    in_f, out_f = wt.in_f, wt.out_f
+    if cfg.get("BITS", 4) != wt.bits:
+        raise ValueError(f"variant for {cfg.get('BITS', 4)} bits, weights of {wt.bits}")
+    plan = wg_plan(cfg, tokens, in_f, out_f)
+    bn, tiles, t_all = cfg["BN"], plan["tiles"], plan["t_all"]
+    splits, full, sk, cluster, row_first = plan["splits"], plan["full"], plan["sk"], plan["cluster"], plan["row_first"]
+    xp = torch.empty(plan["workspace"], dtype=torch.uint8, device="cuda")
     reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 and not cluster else None
     smem = wg_smem(cfg)
     xprep = get_kernel(WG_CU, cfg, 2 * cfg.get("XPREP_TOKENS", 2) * in_f, name="affine_wg_xprep")
@@ -1717,7 +1735,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
                  np.uint64(wt.bias.data_ptr()) if wt.bias is not None else np.uint64(0),
                  p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]), np.int32(splits),
                  np.int32(full), np.int32(sk))
-    grid_main = full + (sk if sk else (row_blocks * tiles - full) * splits)
+    grid_main = plan["grid"]
     reduce_chunks = tokens * ((out_f - row_first) // 8)
     threads = wg_threads(cfg)
 

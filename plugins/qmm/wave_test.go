@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -81,22 +78,6 @@ func TestWaveAdmitsSmallBatchesWithEnoughRowsPerBlock(t *testing.T) {
 // variant", picks what chooseWave picks, over SM counts, input and output
 // sizes. Skipped where python3 is not installed.
 func TestWaveRuleMatchesThePythonHarness(t *testing.T) {
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed: scripts/wave_rule.py is not compared with chooseWave")
-	}
-	// go test runs in this package's folder; scripts/gpu-check.sh runs the
-	// built test binary from the repository's root
-	script := ""
-	for _, p := range []string{filepath.Join("..", "..", "scripts", "wave_rule.py"), filepath.Join("scripts", "wave_rule.py")} {
-		if _, err := os.Stat(p); err == nil {
-			script = p
-			break
-		}
-	}
-	if script == "" {
-		t.Skip("scripts/wave_rule.py is not found from the working folder: not compared with chooseWave")
-	}
 	type shape struct{ sms, in, out, tokens int }
 	var shapes []shape
 	var stdin strings.Builder
@@ -110,11 +91,7 @@ func TestWaveRuleMatchesThePythonHarness(t *testing.T) {
 			}
 		}
 	}
-	cmd := exec.Command(python, script)
-	cmd.Stdin = strings.NewReader(stdin.String())
-	out, err := cmd.Output()
-	require.NoError(t, err, "python3 scripts/wave_rule.py")
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	lines := runHarnessRule(t, "wave_rule.py", stdin.String())
 	require.Len(t, lines, len(shapes))
 	pairs := 0
 	for i, sh := range shapes {

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runHarnessRule runs the Python rule script scripts/<name> (which needs
+// nothing but Python) with input on its standard input and returns its
+// output lines. It skips the test where python3 is not installed or the
+// script is not found from the working folder: go test runs in this
+// package's folder, scripts/gpu-check.sh runs the built test binary from
+// the repository's root.
+func runHarnessRule(t *testing.T, name, input string) []string {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("python3 is not installed: scripts/%s is not compared with the Go rule", name)
+	}
+	script := ""
+	for _, p := range []string{filepath.Join("..", "..", "scripts", name), filepath.Join("scripts", name)} {
+		if _, err := os.Stat(p); err == nil {
+			script = p
+			break
+		}
+	}
+	if script == "" {
+		t.Skipf("scripts/%s is not found from the working folder: not compared with the Go rule", name)
+	}
+	cmd := exec.Command(python, script)
+	cmd.Stdin = strings.NewReader(input)
+	out, err := cmd.Output()
+	require.NoError(t, err, "python3 scripts/%s", name)
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
