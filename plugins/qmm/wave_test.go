@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kcand/kcand/internal/harnessrule"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
@@ -91,7 +92,7 @@ func TestWaveRuleMatchesThePythonHarness(t *testing.T) {
 			}
 		}
 	}
-	lines := runHarnessRule(t, "wave_rule.py", stdin.String())
+	lines := harnessrule.Run(t, "wave_rule.py", stdin.String())
 	require.Len(t, lines, len(shapes))
 	pairs := 0
 	for i, sh := range shapes {

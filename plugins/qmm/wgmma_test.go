@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kcand/kcand/internal/harnessrule"
 	"github.com/kcand/kcand/sdk"
 	"github.com/kcand/kcand/sdk/device"
 	"github.com/kcand/kcand/sdk/family/affine"
@@ -434,7 +435,7 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 			}
 		}
 	}
-	lines := runHarnessRule(t, "wg_rule.py", stdin.String())
+	lines := harnessrule.Run(t, "wg_rule.py", stdin.String())
 	require.Len(t, lines, len(reqs))
 	seen := map[string]bool{}
 	for i, req := range reqs {

@@ -1,4 +1,8 @@
-package main
+// Package harnessrule runs the GPU harness's variant rules (the scripts
+// under scripts/ that need nothing but Python) for the Go tests that
+// compare them with the plugins' rules, so that the variants the harness
+// checks and times on the GPU are the ones the plugins run.
+package harnessrule
 
 import (
 	"os"
@@ -10,13 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// runHarnessRule runs the Python rule script scripts/<name> (which needs
-// nothing but Python) with input on its standard input and returns its
-// output lines. It skips the test where python3 is not installed or the
-// script is not found from the working folder: go test runs in this
-// package's folder, scripts/gpu-check.sh runs the built test binary from
-// the repository's root.
-func runHarnessRule(t *testing.T, name, input string) []string {
+// Run runs the Python rule script scripts/<name> with input on its
+// standard input and returns its output lines. It skips the test where
+// python3 is not installed or the script is not found from the working
+// folder: go test runs in a package two folders below the repository's
+// root (plugins/qmm, internal/affinegpu), scripts/gpu-check.sh runs the
+// built test binaries from the root.
+func Run(t testing.TB, name, input string) []string {
 	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
