@@ -36,6 +36,18 @@ func Run(t testing.TB, name, input string) []string {
 	if script == "" {
 		t.Skipf("scripts/%s is not found from the working folder: not compared with the Go rule", name)
 	}
+	// go test caches a passing result until a file the test opened or
+	// stat'd changes; the scripts the rule imports are read by Python, so
+	// stat every one of them here.
+	dir := filepath.Dir(script)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".py") {
+			_, err := os.Stat(filepath.Join(dir, e.Name()))
+			require.NoError(t, err)
+		}
+	}
 	cmd := exec.Command(python, script)
 	cmd.Stdin = strings.NewReader(input)
 	out, err := cmd.Output()
