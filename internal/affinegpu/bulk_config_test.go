@@ -1,14 +1,10 @@
 package affinegpu
 
 import (
-	"encoding/json"
-	"fmt"
 	"maps"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/kcand/kcand/internal/harnessrule"
 	"github.com/kcand/kcand/sdk"
@@ -180,49 +176,33 @@ func TestBulkDefinesNameTheIntegerPathAtOneToken(t *testing.T) {
 	}
 }
 
-// TestBulkRuleMatchesTheHarnessSweep: scripts/bulk_rule.py (the harness's
-// bulk_config and bulk_smem_bytes) picks the macros and shared memory
+// TestBulkRuleMatchesTheHarnessSweep: scripts/harness_rule.py bulk (the
+// harness's bulk_config and bulk_smem_bytes) picks the macros and shared memory
 // ChooseBulk picks wherever the Go rule serves a request, over SM counts,
 // token counts, widths, group sizes and sizes (the sweeps earlier sessions
 // ran as scratch scripts, now run by every go test). Skipped where python3
 // is not installed.
 func TestBulkRuleMatchesTheHarnessSweep(t *testing.T) {
-	var reqs []sdk.Request
-	var sms []int
-	var stdin strings.Builder
-	for _, n := range []int{132, 114, 78} {
-		for _, tokens := range []int{1, 3, 4, 8, 9, 16} {
-			for _, bits := range []int{4, 8} {
-				for _, group := range []int{32, 64, 128} {
-					for _, in := range []int{512, 1152, 2048, 2304, 3584, 4096, 5120, 8192, 13824, 14336, 16384, 28672} {
-						for _, out := range []int{8, 136, 1032, 2112, 4096, 4224, 5120, 8192, 13824, 14336, 18944, 28672} {
-							req := plugintest.AffineRequest(tokens, in, out, bits, group, false)
-							if _, why := ChooseBulk(req, n, bulkMaxShared); why != "" {
-								continue // (the harness builds some of these anyway, to test the kernel)
-							}
-							reqs, sms = append(reqs, req), append(sms, n)
-							fmt.Fprintf(&stdin, "%d %d %d %d %d %d\n", n, tokens, in, out, bits, group)
-						}
-					}
-				}
-			}
-		}
-	}
-	lines := harnessrule.Run(t, "bulk_rule.py", stdin.String())
-	require.Len(t, lines, len(reqs))
 	slices := 0
-	for i, req := range reqs {
-		c, _ := ChooseBulk(req, sms[i], bulkMaxShared)
-		want := map[string]int{"smem": c.sharedBytes(req.InFeatures)}
-		maps.Copy(want, c.Defines())
-		if c.KS > 1 {
-			want["_KS"] = c.KS
-			slices++
+	cases := harnessrule.Sweep([]int{132, 114, 78}, []int{1, 3, 4, 8, 9, 16}, []int{4, 8}, []int{32, 64, 128},
+		[]int{512, 1152, 2048, 2304, 3584, 4096, 5120, 8192, 13824, 14336, 16384, 28672},
+		[]int{8, 136, 1032, 2112, 4096, 4224, 5120, 8192, 13824, 14336, 18944, 28672},
+		func(c harnessrule.Case) bool { // (the harness builds some the Go rule refuses, to test the kernel)
+			cfg, why := ChooseBulk(c.Req, c.SMs, bulkMaxShared)
+			if why == "" && cfg.KS > 1 {
+				slices++
+			}
+			return why == ""
+		})
+	harnessrule.Compare(t, "bulk", cases, func(c harnessrule.Case) any {
+		cfg, _ := ChooseBulk(c.Req, c.SMs, bulkMaxShared)
+		want := map[string]int{"smem": cfg.sharedBytes(c.Req.InFeatures)}
+		maps.Copy(want, cfg.Defines())
+		if cfg.KS > 1 {
+			want["_KS"] = cfg.KS
 		}
-		js, err := json.Marshal(want)
-		require.NoError(t, err)
-		assert.Equal(t, string(js), lines[i], "%s on %d SMs", req.Key(), sms[i])
-	}
-	t.Logf("%d requests compared, %d of them in K slices", len(reqs), slices)
+		return want
+	})
+	t.Logf("%d requests compared, %d of them in K slices", len(cases), slices)
 	assert.Positive(t, slices, "the sweep reaches K slices")
 }

@@ -1,10 +1,7 @@
 package affinegpu
 
 import (
-	"encoding/json"
-	"fmt"
 	"maps"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -125,46 +122,25 @@ func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 	}
 }
 
-// TestStreamRuleMatchesTheHarness: scripts/stream_rule.py (the harness's
-// stream_config and stream_smem_bytes) picks the macros and shared memory
+// TestStreamRuleMatchesTheHarness: scripts/harness_rule.py stream (the
+// harness's stream_config and stream_smem_bytes) picks the macros and shared memory
 // ChooseStream picks, and refuses what it refuses, over SM counts, token
 // counts, widths, group sizes and sizes. Skipped where python3 is not
 // installed.
 func TestStreamRuleMatchesTheHarness(t *testing.T) {
-	var reqs []sdk.Request
-	var sms []int
-	var stdin strings.Builder
-	for _, n := range []int{132, 114, 78, 16} {
-		for _, tokens := range []int{1, 2, 4, 8, 9, 16, 17, 32} {
-			for _, bits := range []int{4, 8} {
-				for _, group := range []int{32, 64, 128} {
-					for _, in := range []int{384, 512, 1152, 2048, 2880, 3584, 4096, 5120, 8192, 13824, 14336, 28672} {
-						for _, out := range []int{8, 136, 1032, 2112, 4096, 8192, 14336, 28672, 128256} {
-							if in%group != 0 {
-								continue
-							}
-							reqs, sms = append(reqs, streamRequest(tokens, in, out, bits, group)), append(sms, n)
-							fmt.Fprintf(&stdin, "%d %d %d %d %d %d\n", n, tokens, in, out, bits, group)
-						}
-					}
-				}
-			}
-		}
-	}
-	lines := harnessrule.Run(t, "stream_rule.py", stdin.String())
-	require.Len(t, lines, len(reqs))
 	served := 0
-	for i, req := range reqs {
-		want := "null"
-		if c, why := ChooseStream(req, sms[i]); why == "" {
-			d := map[string]int{"smem": c.SharedBytes()}
-			maps.Copy(d, c.Defines())
-			js, err := json.Marshal(d)
-			require.NoError(t, err)
-			want = string(js)
-			served++
+	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{1, 2, 4, 8, 9, 16, 17, 32}, []int{4, 8}, []int{32, 64, 128},
+		[]int{384, 512, 1152, 2048, 2880, 3584, 4096, 5120, 8192, 13824, 14336, 28672},
+		[]int{8, 136, 1032, 2112, 4096, 8192, 14336, 28672, 128256}, func(harnessrule.Case) bool { return true })
+	harnessrule.Compare(t, "stream", cases, func(c harnessrule.Case) any {
+		cfg, why := ChooseStream(c.Req, c.SMs)
+		if why != "" {
+			return nil
 		}
-		assert.Equal(t, want, lines[i], "%s on %d SMs", req.Key(), sms[i])
-	}
-	t.Logf("%d requests compared, %d served", len(reqs), served)
+		served++
+		want := map[string]int{"smem": cfg.SharedBytes()}
+		maps.Copy(want, cfg.Defines())
+		return want
+	})
+	t.Logf("%d requests compared, %d served", len(cases), served)
 }

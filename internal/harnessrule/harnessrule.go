@@ -5,22 +5,28 @@
 package harnessrule
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kcand/kcand/sdk"
+	"github.com/kcand/kcand/sdk/plugintest"
 )
 
-// Run runs the Python rule script scripts/<name> with input on its
-// standard input and returns its output lines. It skips the test where
+// Run runs the Python rule script scripts/<name> with args and with input
+// on its standard input, and returns its output lines. It skips the test where
 // python3 is not installed or the script is not found from the working
 // folder: go test runs in a package two folders below the repository's
 // root (plugins/qmm, internal/affinegpu), scripts/gpu-check.sh runs the
 // built test binaries from the root.
-func Run(t testing.TB, name, input string) []string {
+func Run(t testing.TB, name, input string, args ...string) []string {
 	t.Helper()
 	python, err := exec.LookPath("python3")
 	if err != nil {
@@ -48,9 +54,60 @@ func Run(t testing.TB, name, input string) []string {
 			require.NoError(t, err)
 		}
 	}
-	cmd := exec.Command(python, script)
+	cmd := exec.Command(python, append([]string{script}, args...)...)
 	cmd.Stdin = strings.NewReader(input)
 	out, err := cmd.Output()
-	require.NoError(t, err, "python3 scripts/%s", name)
+	require.NoError(t, err, "python3 scripts/%s %s", name, strings.Join(args, " "))
 	return strings.Split(strings.TrimSpace(string(out)), "\n")
+}
+
+// Case is one request of a sweep and the multiprocessor count it is
+// planned for.
+type Case struct {
+	SMs int
+	Req sdk.Request
+}
+
+// Sweep lists the affine requests (bf16 activations, no bias) over the
+// given multiprocessor counts, token counts, widths, group sizes and input
+// and output sizes, input sizes that are not a multiple of the group size
+// left out, and of those the ones keep keeps.
+func Sweep(sms, tokens, bits, groups, ins, outs []int, keep func(Case) bool) []Case {
+	var cases []Case
+	for _, n := range sms {
+		for _, tok := range tokens {
+			for _, b := range bits {
+				for _, g := range groups {
+					for _, in := range ins {
+						for _, out := range outs {
+							c := Case{SMs: n, Req: plugintest.AffineRequest(tok, in, out, b, g, false)}
+							if in%g == 0 && keep(c) {
+								cases = append(cases, c)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return cases
+}
+
+// Compare runs scripts/harness_rule.py kind on the cases (a line "sms
+// tokens in out bits group" each) and asserts that it prints, for each,
+// the JSON of want(case): a map of macros and sizes, or nil where the Go
+// rule does not serve the request (Python's null).
+func Compare(t testing.TB, kind string, cases []Case, want func(Case) any) {
+	t.Helper()
+	var stdin strings.Builder
+	for _, c := range cases {
+		fmt.Fprintf(&stdin, "%d %d %d %d %d %d\n", c.SMs, c.Req.Tokens, c.Req.InFeatures, c.Req.OutFeatures, c.Req.Weight.Bits, c.Req.Weight.GroupSize)
+	}
+	lines := Run(t, "harness_rule.py", stdin.String(), kind)
+	require.Len(t, lines, len(cases))
+	for i, c := range cases {
+		js, err := json.Marshal(want(c))
+		require.NoError(t, err)
+		assert.Equal(t, string(js), lines[i], "%s on %d SMs", c.Req.Key(), c.SMs)
+	}
 }

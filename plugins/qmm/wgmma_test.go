@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/binary"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -407,7 +406,7 @@ func TestStreamKPlansAreOnesTheKernelRuns(t *testing.T) {
 	assert.Greater(t, planned, 20, "the sweep reaches stream-K plans")
 }
 
-// TestWGRuleMatchesTheHarness: scripts/wg_rule.py, by which the GPU
+// TestWGRuleMatchesTheHarness: scripts/harness_rule.py wg, by which the GPU
 // harness (scripts/affine_kernels.py) checks and times "the plugin's
 // variant", picks the variant chooseWG picks and plans its launches as
 // the plugin does (the shares, whole tiles and stream-K blocks, the main
@@ -415,53 +414,34 @@ func TestStreamKPlansAreOnesTheKernelRuns(t *testing.T) {
 // token counts, input and output sizes and both widths. Skipped where
 // python3 is not installed.
 func TestWGRuleMatchesTheHarness(t *testing.T) {
-	var reqs []sdk.Request
-	var sms []int
-	var stdin strings.Builder
-	for _, n := range []int{132, 114, 78, 16} {
-		hw := device.Profile{Kind: device.CUDA, ComputeCapability: "9.0", Multiprocessors: n}
-		for _, tokens := range []int{17, 33, 64, 65, 100, 128, 129, 136, 150, 200, 256, 257, 300, 1000, 4096} {
-			for _, in := range []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344} {
-				for _, out := range []int{8, 136, 1032, 4096, 14336, 17416, 18944, 22016, 28672, 128256} {
-					for _, bits := range []int{4, 8} {
-						req := plugintest.AffineRequest(tokens, in, out, bits, 64, false)
-						if wgAdmit(req, hw) != "" {
-							continue
-						}
-						reqs, sms = append(reqs, req), append(sms, n)
-						fmt.Fprintf(&stdin, "%d %d %d %d %d\n", n, tokens, in, out, bits)
-					}
-				}
-			}
-		}
-	}
-	lines := harnessrule.Run(t, "wg_rule.py", stdin.String())
-	require.Len(t, lines, len(reqs))
 	seen := map[string]bool{}
-	for i, req := range reqs {
-		c := chooseWG(req, sms[i])
-		d := c.variant().Defines
+	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{17, 33, 64, 65, 100, 128, 129, 136, 150, 200, 256, 257, 300, 1000, 4096},
+		[]int{4, 8}, []int{64}, []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344},
+		[]int{8, 136, 1032, 4096, 14336, 17416, 18944, 22016, 28672, 128256}, func(c harnessrule.Case) bool {
+			return wgAdmit(c.Req, device.Profile{Kind: device.CUDA, ComputeCapability: "9.0", Multiprocessors: c.SMs}) == ""
+		})
+	harnessrule.Compare(t, "wg", cases, func(hc harnessrule.Case) any {
+		req := hc.Req
+		c := chooseWG(req, hc.SMs)
 		aw := 3
-		if v, ok := d["AW"]; ok {
+		if v, ok := c.variant().Defines["AW"]; ok {
 			aw = v
 		}
 		cluster := 0
-		if c.Cluster {
-			cluster = c.Splits
-		}
-		want := fmt.Sprintf(`{"AST": %d, "AW": %d, "BITS": %d, "BN": %d, "FSETS": %d, "STAGES": %d, "WGS": %d, "XPREP_THREADS": %d, "band": %d, "cluster": %d, "full": %d, "grid": %d, "reduce": %t, "sk": %d, "splits": %d, "workspace": %d}`,
-			c.AST, aw, c.Bits, c.BN, c.FSets, c.Stages, c.WGS, c.xprepThreads(), c.Band, cluster, c.Full, c.mainBlocks(req),
-			c.sumsInMemory(), c.StreamK, c.Splits, c.workspaceBytes(req))
-		assert.Equal(t, want, lines[i], "%s on %d SMs", req.Key(), sms[i])
 		switch {
 		case c.StreamK > 0:
 			seen["stream-K"] = true
 		case c.Cluster:
+			cluster = c.Splits
 			seen["cluster"] = true
 		case c.Splits > 1:
 			seen[fmt.Sprintf("split tail in %d", c.Splits)] = true
 		}
-	}
+		return map[string]any{"AST": c.AST, "AW": aw, "BITS": c.Bits, "BN": c.BN, "FSETS": c.FSets,
+			"STAGES": c.Stages, "WGS": c.WGS, "XPREP_THREADS": c.xprepThreads(), "band": c.Band, "cluster": cluster,
+			"full": c.Full, "grid": c.mainBlocks(req), "reduce": c.sumsInMemory(), "sk": c.StreamK, "splits": c.Splits,
+			"workspace": c.workspaceBytes(req)}
+	})
 	for _, k := range []string{"stream-K", "cluster", "split tail in 2", "split tail in 3", "split tail in 4"} {
 		assert.True(t, seen[k], "the sweep reaches a %s", k)
 	}
