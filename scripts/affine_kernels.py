@@ -1664,15 +1664,19 @@ def wg_threads(cfg: dict) -> int:
     return 128 * cfg["WGS"] + 128
 
 
+WG_REDUCE_BLOCKS = 1024   # affine_wg_reduce's largest grid (wgmma.go, wgReduceBlocks)
+
+
 def wg_plan(cfg: dict, tokens: int, in_f: int, out_f: int) -> dict:
     """How a variant runs a request, as plugins/qmm/wgmma.go launches it
-    (needs no GPU; scripts/wg_rule.py prints it for the Go test
+    (needs no GPU; `scripts/harness_rule.py wg` prints it for the Go test
     TestWGRuleMatchesTheHarness): the token tiles, the tiles in all
     (t_all), the leading whole tiles (full), the shares of a split tile
     (splits), the stream-K blocks (sk), CLUSTER, the first split row
-    (row_first), the main kernel's grid, whether a reduce launch follows,
-    and the workspace's bytes. A variant that cannot run the request raises
-    WGNotServed."""
+    (row_first), the main kernel's grid, the reduce launch's grid (0: none;
+    256-thread blocks, at most WG_REDUCE_BLOCKS of them, grid-stride as
+    wgmma.go's wgReduceBlocks), and the workspace's bytes. A variant that
+    cannot run the request raises WGNotServed."""
     bn = cfg["BN"]
     tiles = -(-tokens // bn)
     splits = cfg.get("_splits", 1)
@@ -1700,8 +1704,11 @@ def wg_plan(cfg: dict, tokens: int, in_f: int, out_f: int) -> dict:
     if cluster and (splits != cluster or full % cluster or stages < cluster or sk):
         raise WGNotServed(f"CLUSTER {cluster}: splits {splits}, full {full}, {stages} weight stages")
     row_first = full * 64 * cfg["WGS"]
+    reduce = 0
+    if splits > 1 and not cluster:
+        reduce = min(-(-tokens * ((out_f - row_first) // 8) // 256), WG_REDUCE_BLOCKS)
     return dict(tiles=tiles, t_all=t_all, full=full, splits=splits, sk=sk, cluster=cluster, row_first=row_first,
-                grid=full + (sk if sk else (t_all - full) * splits), reduce=splits > 1 and not cluster,
+                grid=full + (sk if sk else (t_all - full) * splits), reduce=reduce,
                 workspace=wg_workspace_bytes(cfg, tokens, in_f, out_f, splits, t_all - full, sk, row_first))
 
 
@@ -1736,7 +1743,6 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
                  p(y), np.int32(tokens), np.int32(in_f), np.int32(out_f), np.int32(cfg["_band"]), np.int32(splits),
                  np.int32(full), np.int32(sk))
     grid_main = plan["grid"]
-    reduce_chunks = tokens * ((out_f - row_first) // 8)
     threads = wg_threads(cfg)
 
     # xprep: two tokens per block over the padded tiles, their rows of x in
@@ -1748,7 +1754,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     parts = [("xprep", lambda: xprep((tiles * bn // xt, 1, 1), (xthreads, 1, 1), args_xprep, shared_mem=2 * xt * in_f)),
              ("main", lambda: launch_early(main, (grid_main, 1, 1), (threads, 1, 1), args_main, shared_mem=smem))]
     if reduce is not None:
-        parts.append(("reduce", lambda: launch_early(reduce, (min(-(-reduce_chunks // 256), 4 * SMS), 1, 1), (256, 1, 1),
+        parts.append(("reduce", lambda: launch_early(reduce, (plan["reduce"], 1, 1), (256, 1, 1),
                                                      args_reduce)))
 
     def on_stream(fn):

@@ -7,7 +7,8 @@ plugins run. It needs nothing but Python:
     python3 scripts/harness_rule.py KIND < cases     # one JSON object (or null) a line
 
 KIND and its case lines:
-  wg      "sms tokens in out bits group"  qmm/wgmma: wg_choose's macros and wg_plan's launch plan (groups of 64)
+  wg      "sms tokens in out bits group"  qmm/wgmma: wg_choose's macros, wg_smem and wg_plan's launch
+                                          plan (groups of 64)
                                           (TestWGRuleMatchesTheHarness)
   bulk    "sms tokens in out bits group"  gemv/bulk, qmm/bulk: bulk_config and bulk_smem_bytes
                                           (TestBulkRuleMatchesTheHarnessSweep)
@@ -33,7 +34,7 @@ def wg(sms, tokens, in_f, out_f, bits, group):
     return {"BN": cfg["BN"], "STAGES": cfg["STAGES"], "WGS": cfg["WGS"], "AST": cfg["AST"], "FSETS": cfg.get("FSETS", 3),
             "AW": cfg.get("AW", 3), "BITS": cfg.get("BITS", 4), "XPREP_THREADS": cfg.get("XPREP_THREADS", 128),
             "band": cfg["_band"], "cluster": plan["cluster"], "splits": plan["splits"], "full": plan["full"], "sk": plan["sk"],
-            "grid": plan["grid"], "reduce": plan["reduce"], "workspace": plan["workspace"]}
+            "grid": plan["grid"], "reduce": plan["reduce"], "workspace": plan["workspace"], "smem": ak.wg_smem(cfg)}
 
 
 def bulk(sms, tokens, in_f, out_f, bits, group):

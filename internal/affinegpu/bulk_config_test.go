@@ -178,7 +178,8 @@ func TestBulkDefinesNameTheIntegerPathAtOneToken(t *testing.T) {
 
 // TestBulkRuleMatchesTheHarnessSweep: scripts/harness_rule.py bulk (the
 // harness's bulk_config and bulk_smem_bytes) picks the macros and shared memory
-// ChooseBulk picks wherever the Go rule serves a request, over SM counts,
+// ChooseBulk picks, and refuses what it refuses (but for 8 bits above 8
+// tokens, which the harness builds unsliced to test the kernel), over SM counts,
 // token counts, widths, group sizes and sizes (the sweeps earlier sessions
 // ran as scratch scripts, now run by every go test). Skipped where python3
 // is not installed.
@@ -187,15 +188,20 @@ func TestBulkRuleMatchesTheHarnessSweep(t *testing.T) {
 	cases := harnessrule.Sweep([]int{132, 114, 78}, []int{1, 3, 4, 8, 9, 16}, []int{4, 8}, []int{32, 64, 128},
 		[]int{512, 1152, 2048, 2304, 3584, 4096, 5120, 8192, 13824, 14336, 16384, 28672},
 		[]int{8, 136, 1032, 2112, 4096, 4224, 5120, 8192, 13824, 14336, 18944, 28672},
-		func(c harnessrule.Case) bool { // (the harness builds some the Go rule refuses, to test the kernel)
+		func(c harnessrule.Case) bool {
 			cfg, why := ChooseBulk(c.Req, c.SMs, bulkMaxShared)
 			if why == "" && cfg.KS > 1 {
 				slices++
 			}
-			return why == ""
+			return why == "" || c.Req.Weight.Bits != 8 || c.Req.Tokens <= BulkSplitTokens
 		})
+	refused := 0
 	harnessrule.Compare(t, "bulk", cases, func(c harnessrule.Case) any {
-		cfg, _ := ChooseBulk(c.Req, c.SMs, bulkMaxShared)
+		cfg, why := ChooseBulk(c.Req, c.SMs, bulkMaxShared)
+		if why != "" {
+			refused++
+			return nil
+		}
 		want := map[string]int{"smem": cfg.sharedBytes(c.Req.InFeatures)}
 		maps.Copy(want, cfg.Defines())
 		if cfg.KS > 1 {
@@ -203,6 +209,7 @@ func TestBulkRuleMatchesTheHarnessSweep(t *testing.T) {
 		}
 		return want
 	})
-	t.Logf("%d requests compared, %d of them in K slices", len(cases), slices)
+	t.Logf("%d requests compared, %d of them in K slices, %d refused", len(cases), slices, refused)
 	assert.Positive(t, slices, "the sweep reaches K slices")
+	assert.Positive(t, refused, "and requests the kernel refuses")
 }

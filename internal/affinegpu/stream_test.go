@@ -143,4 +143,6 @@ func TestStreamRuleMatchesTheHarness(t *testing.T) {
 		return want
 	})
 	t.Logf("%d requests compared, %d served", len(cases), served)
+	assert.Positive(t, served, "the sweep reaches requests the kernel serves")
+	assert.Less(t, served, len(cases), "and requests it refuses")
 }

@@ -410,7 +410,8 @@ func TestStreamKPlansAreOnesTheKernelRuns(t *testing.T) {
 // harness (scripts/affine_kernels.py) checks and times "the plugin's
 // variant", picks the variant chooseWG picks and plans its launches as
 // the plugin does (the shares, whole tiles and stream-K blocks, the main
-// grid, the reduce launch and the workspace's bytes), over SM counts,
+// grid, the reduce launch's grid, the shared memory and the workspace's
+// bytes), over SM counts,
 // token counts, input and output sizes and both widths. Skipped where
 // python3 is not installed.
 func TestWGRuleMatchesTheHarness(t *testing.T) {
@@ -437,10 +438,14 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 		case c.Splits > 1:
 			seen[fmt.Sprintf("split tail in %d", c.Splits)] = true
 		}
+		reduce := uint32(0)
+		if l := c.launches(req); l.reduce != nil {
+			reduce = l.reduce.Grid[0]
+		}
 		return map[string]any{"AST": c.AST, "AW": aw, "BITS": c.Bits, "BN": c.BN, "FSETS": c.FSets,
 			"STAGES": c.Stages, "WGS": c.WGS, "XPREP_THREADS": c.xprepThreads(), "band": c.Band, "cluster": cluster,
-			"full": c.Full, "grid": c.mainBlocks(req), "reduce": c.sumsInMemory(), "sk": c.StreamK, "splits": c.Splits,
-			"workspace": c.workspaceBytes(req)}
+			"full": c.Full, "grid": c.mainBlocks(req), "reduce": reduce, "sk": c.StreamK, "splits": c.Splits,
+			"workspace": c.workspaceBytes(req), "smem": c.sharedBytes()}
 	})
 	for _, k := range []string{"stream-K", "cluster", "split tail in 2", "split tail in 3", "split tail in 4"} {
 		assert.True(t, seen[k], "the sweep reaches a %s", k)
