@@ -1724,7 +1724,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
     bn, tiles, t_all = cfg["BN"], plan["tiles"], plan["t_all"]
     splits, full, sk, cluster, row_first = plan["splits"], plan["full"], plan["sk"], plan["cluster"], plan["row_first"]
     xp = torch.empty(plan["workspace"], dtype=torch.uint8, device="cuda")
-    reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if splits > 1 and not cluster else None
+    reduce = get_kernel(WG_CU, cfg, 0, name="affine_wg_reduce") if plan["reduce"] else None
     smem = wg_smem(cfg)
     xprep = get_kernel(WG_CU, cfg, 2 * cfg.get("XPREP_TOKENS", 2) * in_f, name="affine_wg_xprep")
     main = get_kernel(WG_CU, cfg, smem)

@@ -419,7 +419,9 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{17, 33, 64, 65, 100, 128, 129, 136, 150, 200, 256, 257, 300, 1000, 4096},
 		[]int{4, 8}, []int{64}, []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344},
 		[]int{8, 136, 1032, 4096, 14336, 17416, 18944, 22016, 28672, 128256}, func(c harnessrule.Case) bool {
-			return wgAdmit(c.Req, device.Profile{Kind: device.CUDA, ComputeCapability: "9.0", Multiprocessors: c.SMs}) == ""
+			hw := hopper()
+			hw.Multiprocessors = c.SMs
+			return wgAdmit(c.Req, hw) == ""
 		})
 	harnessrule.Compare(t, "wg", cases, func(hc harnessrule.Case) any {
 		req := hc.Req
