@@ -668,7 +668,43 @@ def compile_all(variants, jobs: int | None = None):
     print(f"# compiled {len(todo)} variants in {time.time() - t0:.1f}s", flush=True)
 
 
+# --carveout: every kernel's preferred shared-memory carveout (percent of
+# the unified L1 / shared memory, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+# -1 the driver's default), for timing whether a kernel's blocks wait for an
+# SM's split to change (bench/NOTES.md, twenty-ninth session: they did not).
+CARVEOUT = None
+_carveout_set = {}   # CUfunction -> the carveout it has
+_loaded = {}         # CUfunction -> kernel, every kernel get_kernel returned
+
+
+def _apply_carveout(kern):
+    """Sets CARVEOUT on kern once (no-op while CARVEOUT is None)."""
+    fn = getattr(kern, "kernel", kern)
+    _loaded[fn.ptr] = kern
+    if CARVEOUT is None:
+        return
+    from cupy.cuda import driver
+    if _carveout_set.get(fn.ptr) != CARVEOUT:
+        driver.funcSetAttribute(fn.ptr, 9, CARVEOUT)  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+        _carveout_set[fn.ptr] = CARVEOUT
+
+
+def set_carveout(percent: int):
+    """CARVEOUT = percent, on every kernel loaded so far and every later one
+    (an A/B in one process; graphs captured after the call take it)."""
+    global CARVEOUT
+    CARVEOUT = percent
+    for kern in list(_loaded.values()):
+        _apply_carveout(kern)
+
+
 def get_kernel(path: Path, cfg: dict, smem: int, name: str | None = None):
+    kern = _get_kernel(path, cfg, smem, name)
+    _apply_carveout(kern)
+    return kern
+
+
+def _get_kernel(path: Path, cfg: dict, smem: int, name: str | None = None):
     import cupy
     k = variant_key(path, cfg)
     if k not in _modules:
@@ -2083,6 +2119,7 @@ def main():
     ap.add_argument("--no-streamk", action="store_true", help="the wgmma rule without stream-K (its split tails instead)")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
+    ap.add_argument("--carveout", type=int, help="every kernel's preferred shared-memory carveout, percent (-1: the driver's default)")
     ap.add_argument("--no-pdl", action="store_true",
                     help="launch the wgmma path's main kernel and reduction, the bulk and the stream kernel without early start (the plugins use it)")
     ap.add_argument("--tma-l2", type=int, choices=(0, 1, 2, 3), default=2,
@@ -2096,6 +2133,8 @@ def main():
     TMA_L2PROMO = args.tma_l2
     KERNELS = tuple(args.kernel or ())
     WG_PDL = not args.no_pdl
+    if args.carveout is not None:
+        set_carveout(args.carveout)
     global WG_STREAMK
     WG_STREAMK = not args.no_streamk
     global STREAM_ONLY, BENCH_TOKENS, BENCH_SHAPES

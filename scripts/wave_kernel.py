@@ -244,8 +244,11 @@ def main():
     ap.add_argument("--xp-pdl", action="store_true", help="launch xprep with early start too")
     ap.add_argument("--power", action="store_true",
                     help="after each timing, replay it for a second with the SM clock and power draw sampled (nvidia-smi)")
+    ap.add_argument("--carveout", type=int, help="every kernel's preferred shared-memory carveout, percent")
     args = ap.parse_args()
     ak.POWER = args.power
+    if args.carveout is not None:
+        ak.set_carveout(args.carveout)
     if args.configs and args.variant:
         ap.error("--variant applies to the rule's variant; with --configs, put the macros in each entry (NT:WR:WK:...:K=V)")
     EXTRA.update({k: int(v) for k, v in (d.split("=") for d in args.define)})

@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--no-pdl", action="store_true", help="main and reduce without early start")
     ap.add_argument("--source", help="another wg.cu to time (an A/B against an older copy)")
     ap.add_argument("--no-streamk", action="store_true", help="the rule without stream-K (split tails instead)")
+    ap.add_argument("--carveouts", help="comma-separated preferred shared-memory carveouts (percent, -1 the driver's "
+                    "default; write --carveouts=-1,100): the whole call is also timed under each, in this order, after the parts")
     args = ap.parse_args()
     if args.source:
         ak.WG_CU = Path(args.source).resolve()
@@ -59,13 +61,20 @@ def main():
             fns = [dict(r.parts)[name] for r, _ in runs] if name == "main" else [dict(runs[0][0].parts)[name]]
             times[name] = ak.time_launches(fns)
         again = ak.time_launches([r for r, _ in runs])
+        carve = []
+        for v in (args.carveouts.split(",") if args.carveouts else ()):
+            ak.set_carveout(int(v))
+            carve.append(f"{int(v)}: {ak.time_launches([r for r, _ in runs]) * 1e6:.1f}")
+        if carve:
+            ak.set_carveout(-1)
         label = f"S={cfg['_splits']} full={cfg['_full']} SK={cfg.get('_sk', 0)} BN={cfg['BN']}" + "".join(f" {k}={v}" for k, v in extra.items())
         if args.source:
             label += f" {Path(args.source).name}"
         print(f"{in_f:6d}->{out_f:<6d} {t:5d} | {label:24s} | " + " ".join(
             f"{times.get(k, 0) * 1e6:{7 if k == 'main' else 6}.1f}"
             for k in ("xprep", "main", "reduce"))
-            + f" {sum(times.values()) * 1e6:7.1f} {call * 1e6:7.1f} {again * 1e6:7.1f}", flush=True)
+            + f" {sum(times.values()) * 1e6:7.1f} {call * 1e6:7.1f} {again * 1e6:7.1f}"
+            + (" | carveout " + ", ".join(carve) if carve else ""), flush=True)
         del runs, copies, wt
         torch.cuda.empty_cache()
 
