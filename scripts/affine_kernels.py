@@ -1611,7 +1611,8 @@ def wg_tile_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 
     those give more than one block per two SMs, else 64-token tiles.
     With WG_STREAMK (--no-streamk turns it off), at 129-256 tokens the
     tiles past whole waves are instead shared by one stream-K block per SM
-    where they hold at least 4 weight stages (of 8 groups) per SM."""
+    where they hold at least 4 weight stages (of 8 groups) per SM. A last
+    wave at least two thirds full runs whole, neither split nor shared."""
     sms = sms or SMS
     blocks = lambda bn: -(-out_f // 128) * -(-tokens // bn)
     groups = in_f // 64
@@ -1623,6 +1624,8 @@ def wg_tile_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 
     if tokens > 128:
         tiles = blocks(256)
         rest, stages = tiles % sms, -(-groups // 8)
+        if 3 * rest >= 2 * sms:   # a last wave at least two thirds full: whole tiles (wgWholeTailThirds)
+            return wg_config(256, 3, 2, 3, 16, 2)
         if WG_STREAMK and in_f < 1 << 30 and tokens <= 256 and tiles > sms and rest * stages >= 4 * sms:
             # stream-K: whole waves, then the rest shared by one block per SM
             return wg_config(256, 3, 2, 3, 16, 2, 1, tiles - rest, 0, 0, sms)

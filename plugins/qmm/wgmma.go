@@ -54,6 +54,10 @@ const (
 	// at least this many weight stages (of 8 groups) per multiprocessor;
 	// shorter tails keep split tiles (chooseWG).
 	wgStreamKStagesPerSM = 4
+	// wgWholeTailThirds: past whole waves of 256-token tiles, a last wave
+	// at least this many thirds full runs whole, neither shared by
+	// stream-K nor split (chooseWG).
+	wgWholeTailThirds = 2
 	// wgMaxWorkspace bounds the workspace: the permuted copy of x the kernel
 	// stages from, the token scales and, with a split K, the fp32 sums or,
 	// with stream-K, the tile counters, the ticket and the partial sums.
@@ -222,13 +226,21 @@ var (
 // tiles; at 256 tokens the same as the shares' sums through memory,
 // 197–207 µs either way, with one launch fewer). Otherwise, above 128 tokens, 256-token tiles
 // (4096→14336: 112 blocks, unsplit); when a single token tile's row
-// blocks overrun whole waves, the whole waves stay unsplit and the last
-// partial wave's tiles are shared, so that they finish sooner. Where
+// blocks overrun whole waves, the whole waves stay unsplit. A last
+// partial wave at least wgWholeTailThirds thirds full runs whole too
+// (8192→28672 and 4096→28672, 92 tiles after a wave of 132: whole tiles
+// faster than the stream-K tail below in all 33 same-call pairs at
+// 136–256 tokens, by 3–35 µs, and than split tails; the twenty-eighth
+// session's pairs were mixed. A last wave of 68, about half full: whole
+// 0.5–3 µs faster at 4096→25600, stream-K 2–9 µs faster at 8192→25600 at
+// 256 tokens; bench/NOTES.md, twenty-ninth session).
+// The tiles of a less full last wave are shared, so that they finish
+// sooner. Where
 // those tiles hold at least wgStreamKStagesPerSM weight stages per
 // multiprocessor, one stream-K block per multiprocessor takes an even run
-// of their stages (8192→28672 at 256 tokens: 132 whole tiles, then 92
-// shared by 132 blocks; same call, two rounds, µs, against the split
-// tails below: 177.8–198.9 against 196.9–211.7 at 256 tokens, 170.2–188.1
+// of their stages (8192→25600 at 256 tokens: 132 whole tiles, then 68
+// shared by 132 blocks; it beat split tails at 8192→28672 and 4096→28672,
+// same call, two rounds, µs: 177.8–198.9 against 196.9–211.7 at 256 tokens, 170.2–188.1
 // against 192.8–198.4 at 200, 170.9–174.6 against 176.1–182.6 at 136;
 // 4096→28672 103.4–106.9 against 118.9–123.5, 99.1–100.3 against
 // 110.0–111.7 and 92.6–93.0 against 102.2–102.6; bench/NOTES.md,
@@ -291,6 +303,9 @@ func chooseWGTile(req sdk.Request, sms int) wgConfig {
 			return c
 		}
 		rest := tiles % sms
+		if 3*rest >= wgWholeTailThirds*sms {
+			return c // a last wave at least two thirds full: whole tiles
+		}
 		if stages := ceilDiv(groups, 8); rest > 0 && req.Tokens <= c.BN && rest*stages >= wgStreamKStagesPerSM*sms {
 			c.Full, c.StreamK = tiles-rest, sms
 			return c

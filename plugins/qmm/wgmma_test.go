@@ -54,9 +54,10 @@ func TestWGMMAServesInt8G64(t *testing.T) {
 // 64-row tiles in 2 K shares summed within a cluster, where 4 shares of
 // its blocks would fit one wave; else the tile's K in 2 shares, a cluster
 // each, where 2 fit; else 256-token tiles above 128 tokens, or, past whole
-// waves of a single token tile, the last partial wave's tiles shared by
-// one stream-K block per multiprocessor where they hold 4 weight stages
-// per multiprocessor, else split (their sums through memory); up to 128
+// waves of a single token tile, the last partial wave's tiles whole where
+// they fill at least two thirds of it, else shared by one stream-K block
+// per multiprocessor where they hold 4 weight stages per multiprocessor,
+// else split (their sums through memory); up to 128
 // tokens, 128-token tiles when those give more than one block per two
 // multiprocessors, else 64.
 func TestChooseWGNarrowsSmallGrids(t *testing.T) {
@@ -74,7 +75,8 @@ func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 		{128, 28672, 8192, 128, 2, 2, 0, 0, true},      // 64 tiles × 2 in clusters (64-token tiles would make 128 blocks)
 		{64, 28672, 8192, 64, 2, 2, 0, 0, true},        // 64 tiles × 2 in clusters
 		{256, 4096, 14336, 256, 2, 1, 0, 0, false},     // 112 blocks of 256 tokens
-		{256, 8192, 28672, 256, 2, 1, 132, 132, false}, // 224 tiles: a whole wave, then 92 shared by 132 stream-K blocks
+		{256, 8192, 28672, 256, 2, 1, 0, 0, false},     // 224 tiles: a whole wave, then a last one of 92 (over two thirds full), whole too
+		{256, 8192, 25600, 256, 2, 1, 132, 132, false}, // 200 tiles: a whole wave, then 68 shared by 132 stream-K blocks
 		{256, 4096, 17920, 256, 2, 4, 132, 0, false},   // 140 tiles: 8 × 4 after the wave (64 stages, under 4 per SM)
 		{200, 2048, 17920, 256, 2, 2, 132, 0, false},   // 32 groups: at most two shares
 		{256, 8192, 33792, 256, 2, 1, 0, 0, false},     // 264 tiles, two whole waves
@@ -158,7 +160,7 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136),
 		int4Request(200, 2048, 4096), int4Request(136, 4096, 17416), int4Request(200, 4096, 1032), int4Request(256, 14336, 4096),
-		int4Request(256, 8192, 28672)} {
+		int4Request(256, 8192, 28672), int4Request(256, 8192, 25600)} {
 		req.Bias = req.Tokens != 33 && req.Tokens != 4096
 		c := chooseWG(req, 132)
 		l := c.launches(req)
@@ -218,8 +220,8 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		assert.Equal(t, int32(c.Full), int32Of(t, main.Params[11]))
 		assert.Equal(t, int32(c.StreamK), int32Of(t, main.Params[12]))
 		if c.StreamK > 0 {
-			// 256 tokens 8192→28672: 224 row blocks of 128, a whole wave,
-			// then 92 tiles shared by 132 blocks that finish them
+			// 256 tokens 8192→25600: 200 row blocks of 128, a whole wave,
+			// then 68 tiles shared by 132 blocks that finish them
 			// themselves.
 			assert.Equal(t, []int{1, 132, 132}, []int{c.Splits, c.Full, c.StreamK}, req.Key())
 			assert.Equal(t, 1, c.variant().Defines["STREAMK"])
@@ -300,11 +302,11 @@ func TestWGMMASizesMatchTheKernel(t *testing.T) {
 	require.Equal(t, []int{3, 132}, []int{c.Splits, c.Full})
 	assert.Equal(t, 2, c.sumSlices(), "a pair of shares, then the last share alone")
 	assert.Equal(t, int64(64*32768+256*4+2*256*5120*4), c.workspaceBytes(odd), "the 40 split tiles' 5120 rows in two slices")
-	shared := int4Request(256, 8192, 28672)
+	shared := int4Request(256, 8192, 25600)
 	c = chooseWG(shared, 132)
 	require.Equal(t, []int{1, 132, 132}, []int{c.Splits, c.Full, c.StreamK})
-	assert.Equal(t, int64(128*32768+256*4+96*4+132*128*256*4), c.workspaceBytes(shared),
-		"stages, sigma, 92 tile counters and the ticket (rounded up to 16 bytes), then a partial of 128 floats per consumer thread per stream-K block")
+	assert.Equal(t, int64(128*32768+256*4+72*4+132*128*256*4), c.workspaceBytes(shared),
+		"stages, sigma, 68 tile counters and the ticket (rounded up to 16 bytes), then a partial of 128 floats per consumer thread per stream-K block")
 	paired := int4Request(256, 14336, 4096)
 	c = chooseWG(paired, 132)
 	require.True(t, c.Cluster)
