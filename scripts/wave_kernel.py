@@ -244,7 +244,7 @@ def main():
     ap.add_argument("--xp-pdl", action="store_true", help="launch xprep with early start too")
     ap.add_argument("--power", action="store_true",
                     help="after each timing, replay it for a second with the SM clock and power draw sampled (nvidia-smi)")
-    ap.add_argument("--carveout", type=int, help="every kernel's preferred shared-memory carveout, percent")
+    ap.add_argument("--carveout", type=int, help="every kernel's preferred shared-memory carveout, percent (-1: the driver's default)")
     args = ap.parse_args()
     ak.POWER = args.power
     if args.carveout is not None:

@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--shapes", default="4096x4096")
     ap.add_argument("--define", action="append", default=[], help="extra wg.cu macro K=V")
     ap.add_argument("--blocks", action="store_true", help="print every main block's row too")
-    ap.add_argument("--carveout", type=int, help="every kernel's preferred shared-memory carveout, percent")
+    ap.add_argument("--carveout", type=int, help="every kernel's preferred shared-memory carveout, percent (-1: the driver's default)")
     args = ap.parse_args()
     if args.carveout is not None:
         ak.set_carveout(args.carveout)

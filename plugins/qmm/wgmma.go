@@ -49,9 +49,10 @@ const (
 	// (16- and 32-token tiles were timed at 9-32 tokens in the third
 	// session and lost to qmm/stream.)
 	wgMinTokens = waveTokenTile + 1
-	// wgStreamKStagesPerSM: the tiles past whole waves of 256-token tiles
-	// are shared by one stream-K block per multiprocessor where they hold
-	// at least this many weight stages (of 8 groups) per multiprocessor;
+	// wgStreamKStagesPerSM: the tiles past whole waves of 256-token tiles,
+	// unless they fill at least wgWholeTailThirds thirds of a wave, are
+	// shared by one stream-K block per multiprocessor where they hold at
+	// least this many weight stages (of 8 groups) per multiprocessor;
 	// shorter tails keep split tiles (chooseWG).
 	wgStreamKStagesPerSM = 4
 	// wgWholeTailThirds: past whole waves of 256-token tiles, a last wave
@@ -230,10 +231,12 @@ var (
 // partial wave at least wgWholeTailThirds thirds full runs whole too
 // (8192→28672 and 4096→28672, 92 tiles after a wave of 132: whole tiles
 // faster than the stream-K tail below in all 33 same-call pairs at
-// 136–256 tokens, by 3–35 µs, and than split tails; the twenty-eighth
-// session's pairs were mixed. A last wave of 68, about half full: whole
-// 0.5–3 µs faster at 4096→25600, stream-K 2–9 µs faster at 8192→25600 at
-// 256 tokens; bench/NOTES.md, twenty-ninth session).
+// 136–256 tokens, by 2.6–35 µs; the twenty-eighth session's pairs were
+// mixed. Last waves of 76, 80 and 88 at 256 tokens: whole ahead in 9 of 12
+// pairs, stream-K's times the more scattered. A last wave of 68, about
+// half full: whole 0.4–3.4 µs faster at 4096→25600, stream-K 2–9 µs faster
+// at 8192→25600 at 256 tokens, 13–14 µs at 8 bits; bench/NOTES.md,
+// twenty-ninth session).
 // The tiles of a less full last wave are shared, so that they finish
 // sooner. Where
 // those tiles hold at least wgStreamKStagesPerSM weight stages per

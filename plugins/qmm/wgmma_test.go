@@ -76,6 +76,8 @@ func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 		{64, 28672, 8192, 64, 2, 2, 0, 0, true},        // 64 tiles × 2 in clusters
 		{256, 4096, 14336, 256, 2, 1, 0, 0, false},     // 112 blocks of 256 tokens
 		{256, 8192, 28672, 256, 2, 1, 0, 0, false},     // 224 tiles: a whole wave, then a last one of 92 (over two thirds full), whole too
+		{256, 8192, 28160, 256, 2, 1, 0, 0, false},     // 220 tiles: a last wave of 88, two thirds of 132: whole
+		{256, 8192, 28032, 256, 2, 1, 132, 132, false}, // 219 tiles: 87, just under two thirds: stream-K
 		{256, 8192, 25600, 256, 2, 1, 132, 132, false}, // 200 tiles: a whole wave, then 68 shared by 132 stream-K blocks
 		{256, 4096, 17920, 256, 2, 4, 132, 0, false},   // 140 tiles: 8 × 4 after the wave (64 stages, under 4 per SM)
 		{200, 2048, 17920, 256, 2, 2, 132, 0, false},   // 32 groups: at most two shares
@@ -420,7 +422,7 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 	seen := map[string]bool{}
 	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{17, 33, 64, 65, 100, 128, 129, 136, 150, 200, 256, 257, 300, 1000, 4096},
 		[]int{4, 8}, []int{64}, []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344},
-		[]int{8, 136, 1032, 4096, 14336, 17416, 18944, 22016, 28672, 128256}, func(c harnessrule.Case) bool {
+		[]int{8, 136, 1032, 4096, 14336, 17416, 18944, 22016, 28032, 28160, 28672, 128256}, func(c harnessrule.Case) bool {
 			hw := hopper()
 			hw.Multiprocessors = c.SMs
 			return wgAdmit(c.Req, hw) == ""
@@ -441,6 +443,9 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 			seen["cluster"] = true
 		case c.Splits > 1:
 			seen[fmt.Sprintf("split tail in %d", c.Splits)] = true
+		case req.Tokens > wgMid.BN && req.Tokens <= c.BN && ceilDiv(req.OutFeatures, 64*c.WGS) > hc.SMs &&
+			ceilDiv(req.OutFeatures, 64*c.WGS)%hc.SMs > 0:
+			seen["whole last wave"] = true
 		}
 		reduce := uint32(0)
 		if l := c.launches(req); l.reduce != nil {
@@ -451,7 +456,7 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 			"full": c.Full, "grid": c.mainBlocks(req), "reduce": reduce, "sk": c.StreamK, "splits": c.Splits,
 			"workspace": c.workspaceBytes(req), "smem": c.sharedBytes()}
 	})
-	for _, k := range []string{"stream-K", "cluster", "split tail in 2", "split tail in 3", "split tail in 4"} {
+	for _, k := range []string{"stream-K", "cluster", "split tail in 2", "split tail in 3", "split tail in 4", "whole last wave"} {
 		assert.True(t, seen[k], "the sweep reaches a %s", k)
 	}
 }
