@@ -443,9 +443,13 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 			seen["cluster"] = true
 		case c.Splits > 1:
 			seen[fmt.Sprintf("split tail in %d", c.Splits)] = true
-		case req.Tokens > wgMid.BN && req.Tokens <= c.BN && ceilDiv(req.OutFeatures, 64*c.WGS) > hc.SMs &&
-			ceilDiv(req.OutFeatures, 64*c.WGS)%hc.SMs > 0:
-			seen["whole last wave"] = true
+		case req.Tokens > wgMid.BN && req.Tokens <= c.BN:
+			// a single token tile past whole waves, its last wave whole
+			// because it is at least two thirds full (not a tail too
+			// short to split, which also runs whole)
+			if rows := ceilDiv(req.OutFeatures, 64*c.WGS); rows > hc.SMs && 3*(rows%hc.SMs) >= wgWholeTailThirds*hc.SMs {
+				seen["whole last wave"] = true
+			}
 		}
 		reduce := uint32(0)
 		if l := c.launches(req); l.reduce != nil {
