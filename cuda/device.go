@@ -23,6 +23,8 @@ type Device struct {
 	owned  map[uint64]*allocation
 	opened map[mappingKey]*allocation
 	closed bool
+	// watch is told of each Free first (device.FreeWatcher).
+	watch func(allocation uint64) error
 
 	// stage carries large writes through pinned memory (staged_write.go).
 	stage stager
@@ -37,6 +39,7 @@ type mappingKey struct {
 var (
 	_ device.Device      = (*Device)(nil)
 	_ device.TimerSource = (*Device)(nil)
+	_ device.FreeWatcher = (*Device)(nil)
 )
 
 // NewDevice opens the GPU with the given ordinal: its primary context and a
@@ -155,8 +158,9 @@ func (d *Device) zero(p DevicePtr, size int64) error {
 	return d.stream.Synchronize()
 }
 
-// Free implements device.Device. It waits for the device's stream first, so
-// no queued kernel still uses the memory.
+// Free implements device.Device. It tells the watcher (WatchFree) first,
+// then waits for the device's stream, so no queued kernel still uses the
+// memory.
 func (d *Device) Free(b device.Buffer) error {
 	cb, err := d.liveBuffer("buffer", b)
 	if err != nil {
@@ -169,11 +173,23 @@ func (d *Device) Free(b device.Buffer) error {
 		delete(d.owned, a.id)
 		a.gone.Store(true)
 	}
+	watch := d.watch
 	d.mu.Unlock()
 	if !ok {
 		return errdefs.Invalid("buffer", cb.alloc.id, "not owned by this device: opened from another process (use Forget)")
 	}
-	return errors.Join(d.stream.Synchronize(), d.ctx.MemFree(a.base))
+	var watched error
+	if watch != nil {
+		watched = watch(a.id)
+	}
+	return errors.Join(watched, d.stream.Synchronize(), d.ctx.MemFree(a.base))
+}
+
+// WatchFree implements device.FreeWatcher.
+func (d *Device) WatchFree(fn func(allocation uint64) error) {
+	d.mu.Lock()
+	d.watch = fn
+	d.mu.Unlock()
 }
 
 // Write implements device.Device: the copy is ordered after earlier work on

@@ -19,13 +19,20 @@ import (
 // ioBuffers allocates x (filled from sample) and y (poisoned) on h's device.
 func ioBuffers(t *testing.T, h *Host, req sdk.Request, sample sdk.Sample) map[string]device.Buffer {
 	t.Helper()
+	io := allocIO(t, h, req, sample)
+	t.Cleanup(func() { h.Device().Free(io[affine.X]); h.Device().Free(io[affine.Y]) })
+	return io
+}
+
+// allocIO is ioBuffers without the cleanup: the caller frees them.
+func allocIO(t *testing.T, h *Host, req sdk.Request, sample sdk.Sample) map[string]device.Buffer {
+	t.Helper()
 	x, err := h.Device().Alloc(affine.InputSizes(req)[affine.X])
 	require.NoError(t, err)
 	require.NoError(t, h.Device().Write(x, 0, sample.Inputs[affine.X]))
 	y, err := h.Device().Alloc(affine.OutputSizes(req)[affine.Y])
 	require.NoError(t, err)
 	require.NoError(t, h.Device().Fill(y, 0xff))
-	t.Cleanup(func() { h.Device().Free(x); h.Device().Free(y) })
 	return map[string]device.Buffer{affine.X: x, affine.Y: y}
 }
 
@@ -274,6 +281,26 @@ func TestEngineBuffersForgottenBeforeTheyAreFreedDoNotPileUpInThePlugin(t *testi
 	err = h.Forget(ctx, x)
 	assert.ErrorIs(t, err, errdefs.ErrInvalidRequest, "a freed buffer has no handle")
 	assert.Contains(t, err.Error(), "buffers[0]")
+}
+
+func TestEngineBuffersFreedThroughTheHostsDeviceAreForgottenInThePlugin(t *testing.T) {
+	// The same engine, without Host.Forget: it frees its buffers through
+	// Host.Device, which tells the host, and the host has the plugin drop
+	// its mappings before the memory goes. Without that, mapcount would
+	// fail by the third run and the executable would re-plan to the
+	// fallback.
+	h, exe, req, sample, want := forcedRemote(t, pluginMapCount, 9)
+	ctx := context.Background()
+	dev := h.Device()
+	for i := 0; i < 6; i++ {
+		io := allocIO(t, h, req, sample)
+		require.NoError(t, exe.Run(ctx, nil, io), "run %d", i)
+		require.NoError(t, affine.Check(readY(t, h, io), want), "run %d", i)
+		require.NoError(t, dev.Free(io[affine.X]), "run %d", i)
+		require.NoError(t, dev.Free(io[affine.Y]), "run %d", i)
+	}
+	assert.Equal(t, "mapcount", exe.Plan().Candidate, "every run went through mapcount")
+	assert.Empty(t, h.env.lent.handles, "every lent buffer was forgotten when it was freed")
 }
 
 func TestAWorkspaceReplacedOnPreparingAgainIsForgottenInThePlugin(t *testing.T) {

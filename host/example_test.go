@@ -55,8 +55,7 @@ func Example() {
 	x, _ := dev.Alloc(int64(req.Tokens * req.InFeatures * 2))
 	y, _ := dev.Alloc(int64(req.Tokens * req.OutFeatures * 2))
 	defer func() {
-		h.Forget(ctx, x, y) // a plugin that ran on them drops its mappings first
-		dev.Free(x)
+		dev.Free(x) // a plugin that ran on x drops its mapping first
 		dev.Free(y)
 	}()
 	dev.Write(x, 0, sample.Inputs[affine.X])

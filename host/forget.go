@@ -112,16 +112,20 @@ func pluginsOf(runs []*run) []*Plugin {
 	return out
 }
 
-// Forget tells every plugin to drop its mappings of buffers. Call it
-// before freeing a buffer that was ever passed to Executable.Run, once no
-// run uses it any more: a run on the remote path (which a re-plan can
-// switch to) has the plugin map its buffers and keep them mapped, and a
-// later buffer at the same memory would fail to open there. Buffers the
-// host allocated itself (Weights, workspaces, measurement samples) it
-// forgets itself. Forget ignores ctx's cancellation: each plugin gets one
-// call of at most 5 s, and one that does not answer is killed (and
-// restarted), so that no mapping outlives the free. A buffer without a
-// handle is reported; the others are still forgotten.
+// Forget tells every plugin to drop its mappings of buffers. A buffer
+// allocated by Host.Device and freed there needs no call: the device tells
+// the host of the free, and the host has the plugins forget the buffer
+// first if a remote run ever handed it to them. Call Forget for other
+// memory passed to Executable.Run (another device's buffers), before
+// freeing it and once no run uses it any more: a run on the remote path
+// (which a re-plan can switch to) has the plugin map its buffers and keep
+// them mapped, and a later buffer at the same memory would fail to open
+// there. Buffers the host allocated itself (Weights, workspaces,
+// measurement samples) it forgets itself. Forget ignores ctx's
+// cancellation: each plugin gets one call of at most 5 s, and one that does
+// not answer is killed (and restarted), so that no mapping outlives the
+// free. A buffer without a handle is reported; the others are still
+// forgotten.
 func (h *Host) Forget(ctx context.Context, buffers ...device.Buffer) error {
 	var forget []device.Handle
 	var errs []error
@@ -133,5 +137,6 @@ func (h *Host) Forget(ctx context.Context, buffers ...device.Buffer) error {
 		}
 		forget = append(forget, hd)
 	}
+	h.env.lent.drop(forget)
 	return errors.Join(append(errs, forgetIn(ctx, h.manager.Plugins(), forget))...)
 }

@@ -26,7 +26,7 @@ func openGPUHost(t *testing.T, cfg *hostConfig) *Host {
 		t.Skipf("no CUDA driver: %v", err)
 	}
 	policy := cfg.policy
-	h, err := Open(context.Background(), Options{PluginDir: cfg.dir, Device: "cuda", CachePath: cfg.cache, Policy: &policy, QuarantineAfter: 3})
+	h, err := Open(context.Background(), Options{PluginDir: cfg.dir, Device: "cuda", CachePath: cfg.cache, Policy: &policy, QuarantineAfter: 3, ForceRemote: cfg.forceRemote})
 	if err != nil {
 		t.Skipf("no CUDA device: %v", err)
 	}
@@ -81,6 +81,40 @@ func TestGPUFaultingKernelIsContained(t *testing.T) {
 	require.NoError(t, dev.Synchronize())
 	require.NoError(t, affine.Check(readY(t, h, io), affine.Reference(req, sample.Weights, sample.Inputs[affine.X])))
 	t.Logf("host context intact: exported %s ran correctly (remote: %v)", exe.Plan().Candidate, exe.Remote())
+}
+
+// TestGPUEngineBuffersFreedThroughTheHostsDeviceOpenAgainInThePlugin is
+// an engine on the remote path that frees its buffers through Host.Device
+// and allocates new ones between runs, which the driver places at the
+// addresses it freed. A plugin that still mapped the old allocation there
+// could not open the new one (cuIpcOpenMemHandle: CUDA_ERROR_ALREADY_MAPPED)
+// and the run would fail over to the fallback; the device tells the host of
+// each free, so the plugin forgets first and every run goes through the
+// forced candidate with the reference's output.
+func TestGPUEngineBuffersFreedThroughTheHostsDeviceOpenAgainInThePlugin(t *testing.T) {
+	cfg := newHostConfig(t, "qmm", "gemv")
+	cfg.forceRemote = true
+	cfg.policy.Force = map[string]string{"affine": "gemv"}
+	h := openGPUHost(t, cfg)
+	ctx := context.Background()
+	dev := h.Device()
+	req := affineRequest(1, 1024, 256, 4, 64)
+	exe, sample := bindSample(t, h, req, 12)
+	require.True(t, exe.Remote(), "ForceRemote runs %s in its plugin", exe.Plan().Candidate)
+	want := affine.Reference(req, sample.Weights, sample.Inputs[affine.X])
+	addresses := map[uintptr]int{}
+	for i := 0; i < 4; i++ {
+		io := allocIO(t, h, req, sample)
+		addresses[io[affine.X].(device.DeviceMemory).DevicePointer()]++
+		require.NoError(t, exe.Run(ctx, nil, io), "run %d", i)
+		require.NoError(t, dev.Synchronize())
+		require.NoError(t, affine.Check(readY(t, h, io), want), "run %d", i)
+		require.Equal(t, "gemv", exe.Plan().Candidate, "run %d went through the forced candidate", i)
+		require.NoError(t, dev.Free(io[affine.X]), "run %d", i)
+		require.NoError(t, dev.Free(io[affine.Y]), "run %d", i)
+	}
+	require.Less(t, len(addresses), 4, "the driver gave every x a new address (%v), so the test did not reuse one", addresses)
+	t.Logf("4 remote runs through gemv on buffers freed and allocated again; x at %d distinct addresses", len(addresses))
 }
 
 // TestGPUTuningOncePerKeyAndCached is issue 4's CI check on real kernels:

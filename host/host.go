@@ -123,7 +123,10 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	measureOpts.defaults()
 	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry, policy: policy, launcher: launcherFor(dev), shm: cpu.New()}
 	health := newQuarantine(opts.QuarantineAfter, opts.QuarantineFor, logger.Named("quarantine"))
-	h.env = &execEnv{dev: dev, hw: dev.Profile(), launcher: h.launcher, health: health, forceRemote: opts.ForceRemote}
+	h.env = &execEnv{dev: dev, hw: dev.Profile(), launcher: h.launcher, health: health, forceRemote: opts.ForceRemote, lent: newLentBuffers()}
+	if w, ok := dev.(device.FreeWatcher); ok {
+		w.WatchFree(h.forgetOnFree)
+	}
 	if opts.ForceRemote {
 		h.env.launcher, h.launcher = nil, nil
 	}

@@ -49,6 +49,8 @@ type hostConfig struct {
 	cache  string
 	policy Policy
 	logs   *logBuffer
+	// forceRemote runs every candidate in its plugin (openGPUHost only).
+	forceRemote bool
 }
 
 func newHostConfig(t *testing.T, plugins ...string) *hostConfig {

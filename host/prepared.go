@@ -33,6 +33,8 @@ type execEnv struct {
 	channels *channelFactory
 	// forceRemote makes Bind ignore exported launch plans.
 	forceRemote bool
+	// lent records the engine's buffers handed to plugins by remote runs.
+	lent *lentBuffers
 	// channelCalls and rpcCalls count remote executions by transport.
 	channelCalls, rpcCalls atomic.Int64
 }

@@ -142,6 +142,18 @@ type Device interface {
 	Close() error
 }
 
+// FreeWatcher is an optional upgrade of Device: a device that tells its
+// owner about each Free before the memory goes. The host uses it to have
+// plugins drop their mappings of a buffer an engine frees, so that the
+// next allocation at the same memory opens there.
+type FreeWatcher interface {
+	// WatchFree registers fn (nil removes it). Free calls it with the
+	// allocation's id after the buffer is checked and before its memory
+	// is released; fn's error is returned by Free, joined with Free's own,
+	// and the memory is released whatever fn returns.
+	WatchFree(fn func(allocation uint64) error)
+}
+
 // CheckRange reports whether [offset, offset+n) fits in a buffer of size.
 func CheckRange(field string, size, offset, n int64) error {
 	if offset < 0 || n < 0 || offset > size || n > size-offset {

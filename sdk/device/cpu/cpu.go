@@ -5,6 +5,7 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -29,6 +30,8 @@ type Device struct {
 	owned  map[uint64]*allocation
 	opened map[mappingKey]*allocation
 	closed bool
+	// watch is told of each Free first (device.FreeWatcher).
+	watch func(allocation uint64) error
 }
 
 type mappingKey struct {
@@ -52,9 +55,10 @@ type buffer struct {
 }
 
 var (
-	_ device.Device     = (*Device)(nil)
-	_ device.Buffer     = (*buffer)(nil)
-	_ device.HostMemory = (*buffer)(nil)
+	_ device.Device      = (*Device)(nil)
+	_ device.Buffer      = (*buffer)(nil)
+	_ device.HostMemory  = (*buffer)(nil)
+	_ device.FreeWatcher = (*Device)(nil)
 )
 
 // New returns a CPU device.
@@ -105,7 +109,8 @@ func (d *Device) Alloc(size int64) (device.Buffer, error) {
 	return &buffer{alloc: a, size: size}, nil
 }
 
-// Free implements device.Device.
+// Free implements device.Device; it tells the watcher (WatchFree) before
+// the memory goes.
 func (d *Device) Free(b device.Buffer) error {
 	cb, ok := b.(*buffer)
 	if !ok {
@@ -118,11 +123,23 @@ func (d *Device) Free(b device.Buffer) error {
 	} else {
 		ok = false
 	}
+	watch := d.watch
 	d.mu.Unlock()
 	if !ok {
 		return errdefs.Invalid("buffer", cb.alloc.id, "not allocated by this device (double free?)")
 	}
-	return a.unmap()
+	var watched error
+	if watch != nil {
+		watched = watch(a.id)
+	}
+	return errors.Join(watched, a.unmap())
+}
+
+// WatchFree implements device.FreeWatcher.
+func (d *Device) WatchFree(fn func(allocation uint64) error) {
+	d.mu.Lock()
+	d.watch = fn
+	d.mu.Unlock()
 }
 
 // Write implements device.Device.

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -117,4 +118,29 @@ func TestFillAndSlice(t *testing.T) {
 	assert.Equal(t, []byte{0xab, 0xab, 0xab, 0xab, 0, 0, 0, 0, 0, 0, 0, 0, 0xab, 0xab, 0xab, 0xab}, got)
 	_, err = Slice(b, 10, 8)
 	assert.ErrorIs(t, err, errdefs.ErrInvalidRequest)
+}
+
+func TestFreeTellsTheWatcherFirst(t *testing.T) {
+	d := New()
+	defer d.Close()
+	b, err := d.Alloc(64)
+	require.NoError(t, err)
+	h, err := b.Handle()
+	require.NoError(t, err)
+	refused := errors.New("a plugin refused to forget")
+	var told []uint64
+	d.WatchFree(func(allocation uint64) error {
+		told = append(told, allocation)
+		return refused
+	})
+	assert.ErrorIs(t, d.Free(b), refused, "the watcher's error comes back from Free")
+	assert.Equal(t, []uint64{h.Allocation}, told)
+	assert.ErrorIs(t, d.Free(b), errdefs.ErrInvalidRequest, "the memory went despite the watcher's error")
+	assert.Len(t, told, 1, "a refused Free tells nobody")
+
+	d.WatchFree(nil)
+	c, err := d.Alloc(64)
+	require.NoError(t, err)
+	require.NoError(t, d.Free(c))
+	assert.Len(t, told, 1, "a removed watcher is not told")
 }
