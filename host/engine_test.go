@@ -300,7 +300,7 @@ func TestEngineBuffersFreedThroughTheHostsDeviceAreForgottenInThePlugin(t *testi
 		require.NoError(t, dev.Free(io[affine.Y]), "run %d", i)
 	}
 	assert.Equal(t, "mapcount", exe.Plan().Candidate, "every run went through mapcount")
-	assert.Empty(t, h.env.lent.handles, "every lent buffer was forgotten when it was freed")
+	assert.Empty(t, h.env.lent.lent, "every lent buffer was forgotten when it was freed")
 }
 
 func TestAWorkspaceReplacedOnPreparingAgainIsForgottenInThePlugin(t *testing.T) {

@@ -161,7 +161,7 @@ func runRemote(ctx context.Context, prep *prepared, stream device.Stream, io map
 		}
 		handles[name] = hd
 	}
-	prep.env.lent.lend(handles)
+	prep.env.lent.lend(prep.entry.Plugin, handles)
 	_, err := prep.execute(ctx, stream, handles)
 	return err
 }

@@ -13,9 +13,9 @@ import (
 // A plugin keeps what it opened mapped (sdk's deviceSet) until told to
 // forget it, and a CUDA mapping outlives the owner's free: the memory stays
 // in use until the plugin unmaps it (driver 580 on the H200: a freed 1 GiB
-// stayed in use), and on the driver of the twenty-third session the owner's
-// next allocation at the same memory failed to open in that plugin
-// (cuIpcOpenMemHandle: CUDA_ERROR_ALREADY_MAPPED). So the host has the
+// stayed in use), and on an earlier driver (bench/NOTES.md, twenty-third
+// session) the owner's next allocation at the same memory failed to open
+// in that plugin (cuIpcOpenMemHandle: CUDA_ERROR_ALREADY_MAPPED). So the host has the
 // plugins forget what it handed them before it frees it.
 
 // forgetTimeout bounds one plugin's answer to a forget (a variable for
@@ -118,8 +118,9 @@ func pluginsOf(runs []*run) []*Plugin {
 // allocated by Host.Device and freed there needs no call: the device tells
 // the host of the free, and the host has the plugins forget the buffer
 // first if a remote run ever handed it to them. Call Forget for other
-// memory passed to Executable.Run (another device's buffers), before
-// freeing it and once no run uses it any more: a run on the remote path
+// memory passed to Executable.Run (another device's buffers, or buffers
+// opened from another process), before freeing or closing it and once no
+// run uses it any more: a run on the remote path
 // (which a re-plan can switch to) has the plugin map its buffers and keep
 // them mapped, which holds the memory after the free (and on some drivers
 // makes a later buffer at the same memory fail to open there). Buffers the

@@ -87,8 +87,8 @@ func TestGPUFaultingKernelIsContained(t *testing.T) {
 // is an engine on the remote path that frees its input through Host.Device
 // between runs. A CUDA mapping keeps the memory behind it: while a plugin
 // still maps a freed allocation, the device does not get it back (on the
-// H200 with driver 580, 4 GiB stayed in use after the owner's free until
-// the importer unmapped it). The device tells the host of each free and
+// H200 with driver 580, scripts/ipc_mappings.py: 4 GiB stayed in use after
+// the owner's free until the importer unmapped it). The device tells the host of each free and
 // the host has the plugin forget first, so after every free the device's
 // free memory is back where it was. Each x lives in an allocation of 1 GiB
 // so that a leak is far above what the runs themselves allocate.

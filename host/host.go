@@ -123,7 +123,7 @@ func Open(ctx context.Context, opts Options) (*Host, error) {
 	measureOpts.defaults()
 	h := &Host{logger: logger, dev: dev, manager: manager, registry: registry, policy: policy, launcher: launcherFor(dev), shm: cpu.New()}
 	health := newQuarantine(opts.QuarantineAfter, opts.QuarantineFor, logger.Named("quarantine"))
-	h.env = &execEnv{dev: dev, hw: dev.Profile(), launcher: h.launcher, health: health, forceRemote: opts.ForceRemote, lent: newLentBuffers()}
+	h.env = &execEnv{dev: dev, hw: dev.Profile(), launcher: h.launcher, health: health, forceRemote: opts.ForceRemote, lent: newLentBuffers(dev.Kind())}
 	if w, ok := dev.(device.FreeWatcher); ok {
 		w.WatchFree(h.forgetOnFree)
 	}

@@ -144,13 +144,15 @@ type Device interface {
 
 // FreeWatcher is an optional upgrade of Device: a device that tells its
 // owner about each Free before the memory goes. The host uses it to have
-// plugins drop their mappings of a buffer an engine frees, so that the
-// next allocation at the same memory opens there.
+// plugins drop their mappings of a buffer an engine frees: another
+// process's mapping keeps the memory in use after the owner's free (and
+// some CUDA drivers refuse to open the next allocation at that memory).
 type FreeWatcher interface {
-	// WatchFree registers fn (nil removes it). Free calls it with the
-	// allocation's id after the buffer is checked and before its memory
-	// is released; fn's error is returned by Free, joined with Free's own,
-	// and the memory is released whatever fn returns.
+	// WatchFree registers fn, replacing any earlier one (nil removes it).
+	// Free calls it with the allocation's id after the buffer is checked
+	// and before its memory is released; fn's error is returned by Free,
+	// joined with Free's own, and the memory is released whatever fn
+	// returns.
 	WatchFree(fn func(allocation uint64) error)
 }
 

@@ -131,6 +131,10 @@ func TestFreeTellsTheWatcherFirst(t *testing.T) {
 	var told []uint64
 	d.WatchFree(func(allocation uint64) error {
 		told = append(told, allocation)
+		// The memory is still there for the watcher: another process
+		// could still open it.
+		_, err := os.Stat(string(h.Token))
+		assert.NoError(t, err, "the shared-memory file is gone before the watcher ran")
 		return refused
 	})
 	assert.ErrorIs(t, d.Free(b), refused, "the watcher's error comes back from Free")
