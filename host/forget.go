@@ -14,9 +14,9 @@ import (
 // forget it, and a CUDA mapping outlives the owner's free: the memory stays
 // in use until the plugin unmaps it (driver 580 on the H200: a freed 1 GiB
 // stayed in use), and on an earlier driver (bench/NOTES.md, twenty-third
-// session) the owner's next allocation at the same memory failed to open
-// in that plugin (cuIpcOpenMemHandle: CUDA_ERROR_ALREADY_MAPPED). So the host has the
-// plugins forget what it handed them before it frees it.
+// session) the owner's next allocation at the same memory failed to open in
+// that plugin (cuIpcOpenMemHandle: CUDA_ERROR_ALREADY_MAPPED). So the host
+// has the plugins forget what it handed them before it frees it.
 
 // forgetTimeout bounds one plugin's answer to a forget (a variable for
 // tests).
@@ -116,19 +116,18 @@ func pluginsOf(runs []*run) []*Plugin {
 
 // Forget tells every plugin to drop its mappings of buffers. A buffer
 // allocated by Host.Device and freed there needs no call: the device tells
-// the host of the free, and the host has the plugins forget the buffer
-// first if a remote run ever handed it to them. Call Forget for other
-// memory passed to Executable.Run (another device's buffers, or buffers
-// opened from another process), before freeing or closing it and once no
-// run uses it any more: a run on the remote path
-// (which a re-plan can switch to) has the plugin map its buffers and keep
-// them mapped, which holds the memory after the free (and on some drivers
-// makes a later buffer at the same memory fail to open there). Buffers the
-// host allocated itself (Weights, workspaces, measurement samples) it
-// forgets itself. Forget ignores ctx's cancellation: each plugin gets one
-// call of at most 5 s, and one that does not answer is killed (and
-// restarted), so that no mapping outlives the free. A buffer without a
-// handle is reported; the others are still forgotten.
+// the host of the free, and the host has the plugins forget the buffer first
+// if a remote run ever handed it to them. Call Forget for other memory
+// passed to Executable.Run (another device's buffers, or buffers opened from
+// another process), before freeing or closing it and once no run uses it any
+// more: a run on the remote path (which a re-plan can switch to) has the
+// plugin map its buffers and keep them mapped, which holds the memory after
+// the free (and on some drivers makes a later buffer at the same memory fail
+// to open there). Buffers the host allocated itself (Weights, workspaces,
+// measurement samples) it forgets itself. Forget ignores ctx's cancellation:
+// each plugin gets one call of at most 5 s, and one that does not answer is
+// killed (and restarted), so that no mapping outlives the free. A buffer
+// without a handle is reported; the others are still forgotten.
 func (h *Host) Forget(ctx context.Context, buffers ...device.Buffer) error {
 	var forget []device.Handle
 	var errs []error

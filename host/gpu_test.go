@@ -83,15 +83,16 @@ func TestGPUFaultingKernelIsContained(t *testing.T) {
 	t.Logf("host context intact: exported %s ran correctly (remote: %v)", exe.Plan().Candidate, exe.Remote())
 }
 
-// TestGPUEngineBuffersFreedThroughTheHostsDeviceLeaveNoMemoryInThePlugin
-// is an engine on the remote path that frees its input through Host.Device
+// TestGPUEngineBuffersFreedThroughTheHostsDeviceLeaveNoMemoryInThePlugin is
+// an engine on the remote path that frees its input through Host.Device
 // between runs. A CUDA mapping keeps the memory behind it: while a plugin
 // still maps a freed allocation, the device does not get it back (on the
 // H200 with driver 580, scripts/ipc_mappings.py: 4 GiB stayed in use after
-// the owner's free until the importer unmapped it). The device tells the host of each free and
-// the host has the plugin forget first, so after every free the device's
-// free memory is back where it was. Each x lives in an allocation of 1 GiB
-// so that a leak is far above what the runs themselves allocate.
+// the owner's free until the importer unmapped it). The device tells the
+// host of each free and the host has the plugin forget first, so after every
+// free the device's free memory is back where it was. Each x lives in an
+// allocation of 1 GiB so that a leak is far above what the runs themselves
+// allocate.
 func TestGPUEngineBuffersFreedThroughTheHostsDeviceLeaveNoMemoryInThePlugin(t *testing.T) {
 	cfg := newHostConfig(t, "qmm", "gemv")
 	cfg.forceRemote = true
