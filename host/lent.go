@@ -2,8 +2,8 @@ package host
 
 import (
 	"context"
-	"errors"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/kcand/kcand/sdk/device"
@@ -53,19 +53,10 @@ func (l *lentBuffers) lend(p *Plugin, handles map[string]device.Handle) {
 			a = &lentAllocation{handle: hd}
 			l.lent[hd.Allocation] = a
 		}
-		if !containsPlugin(a.plugins, p) {
+		if !slices.Contains(a.plugins, p) {
 			a.plugins = append(a.plugins, p)
 		}
 	}
-}
-
-func containsPlugin(ps []*Plugin, p *Plugin) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
-		}
-	}
-	return false
 }
 
 // take removes an allocation's record and returns it, if it was lent.
@@ -97,9 +88,5 @@ func (h *Host) forgetOnFree(allocation uint64) error {
 	if !ok {
 		return nil
 	}
-	var errs []error
-	for _, p := range a.plugins {
-		errs = append(errs, p.forget(context.Background(), []device.Handle{a.handle}))
-	}
-	return errors.Join(errs...)
+	return forgetIn(context.Background(), a.plugins, []device.Handle{a.handle})
 }
