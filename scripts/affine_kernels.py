@@ -3,7 +3,7 @@
 
     plugins/gemv/kernels/gemv.cu   affine_gemv  (decode, tokens 1..8)
     plugins/qmm/kernels/qmm.cu     affine_qmm   (tensor cores, any token count)
-    internal/affinegpu/kernels/stream.cu affine_stream (4/8-bit weight streaming, 1..32 tokens)
+    internal/affinegpu/kernels/stream.cu affine_stream (weight streaming, 2..8 bits, 1..32 tokens)
     internal/affinegpu/kernels/bulk.cu   affine_bulk  (4/8-bit weights fed by tensor copies, 1..16
                                    tokens; gemv/bulk serves it at 1..8 tokens, qmm/bulk at 9..16 in K slices)
     plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, 4 or 8 bits g64, 17+ tokens)
@@ -134,13 +134,13 @@ QMM_CONFIGS = {
 }
 
 
-STREAM_BITS = (4, 8)
+STREAM_BITS = (2, 3, 4, 5, 6, 8)
 
 
 def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
                   **over) -> dict | None:
-    """Macros for affine_stream (tokens 1..32, 4 or 8 bits), or None when it does not apply
-    (other bit widths, or no step of 128 or 256 packed bytes per row dividing the groups).
+    """Macros for affine_stream (tokens 1..32), or None when it does not apply (no step of
+    whole 16-byte pieces per row dividing the groups: stream_step_groups).
 
     Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp,
     128-byte steps, two ring slots, four warps per block (eight when that
@@ -153,17 +153,21 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     sms = sms or SMS
     groups = in_f // group
     gbytes = group * bits // 8
-    u = next((v for v in (128 // gbytes, 256 // gbytes) if v >= 2 and groups % v == 0), None)
-    if u is None:
+    u = stream_step_groups(bits, group, groups)
+    if u is None or (in_f * bits // 8) % 16:
         return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
     mt = 2
     blocks = -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
+    general = bits not in (4, 8)
+    if general and nt == 1 and blocks <= sms:
+        mt = 1   # the other widths at decode: twice the blocks rather than x through the ring
+        blocks = -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
     kw = 4 if blocks * 4 >= (4 if nt > 1 else 8) * sms else 8
     while kw > 1 and groups // u < 2 * kw:
         kw //= 2
     cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)
-    if (nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32)
+    if (not general and nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32)
             and (16 // kw) * (stream_smem_bytes(cfg) + 1024) <= 228 * 1024):
         cfg["MINB"] = 16 // kw   # 16 warps per SM at decode once the grid exceeds the SMs (if they fit)
     cfg.update(STREAM_OVER)
@@ -181,9 +185,22 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         raise ValueError(f"XT={cfg['XT']} leaves tokens of an {8 * cfg['NT']}-token tile without x")
     if cfg.get("SPK", 0):
         del cfg["SPK"]   # the kernel's default
-    if groups % cfg["U"] or cfg["U"] < 2 or (cfg["U"] * gbytes) % 128 or (cfg["MT"] == 4 and cfg["NT"] != 1):
+    line = 128 if bits in (4, 8) else 16
+    if groups % cfg["U"] or cfg["U"] < 2 or (cfg["U"] * gbytes) % line or (cfg["MT"] == 4 and cfg["NT"] != 1):
         return None
     return cfg
+
+
+def stream_step_groups(bits: int, group: int, groups: int) -> int | None:
+    """Groups per step (U) of affine_stream. 4 and 8 bits: steps of 128 (else 256) packed
+    bytes per row that divide the row's groups. The other widths: the fewest groups (a
+    power of two up to 16) making at least 64 bytes in whole 16-byte pieces, else the
+    most that divide the row (Go: streamStepGroups)."""
+    gbytes = group * bits // 8
+    if bits in (4, 8):
+        return next((v for v in (128 // gbytes, 256 // gbytes) if v >= 2 and groups % v == 0), None)
+    ok = [u for u in (2, 4, 8, 16) if groups % u == 0 and (u * gbytes) % 16 == 0]
+    return next((u for u in ok if u * gbytes >= 64), ok[-1] if ok else None)
 
 
 def stream_smem_bytes(cfg: dict) -> int:
@@ -191,7 +208,7 @@ def stream_smem_bytes(cfg: dict) -> int:
     gbytes = cfg["GROUP"] * cfg["BITS"] // 8
     wpt = cfg["GROUP"] * cfg["BITS"] // 128
     seg = cfg["U"] * gbytes
-    wstride = seg + (16 if wpt == 8 else 16 * wpt)
+    wstride = seg + (16 if wpt == 8 or cfg["BITS"] not in (4, 8) else 16 * wpt)
     sstride = max(16, 2 * cfg["U"])
     slot = rows * wstride + 2 * rows * sstride + cfg.get("XT", 0) * (2 * cfg["U"] * cfg["GROUP"] + 16)
     ring = cfg["KW"] * cfg["D"] * slot

@@ -40,25 +40,16 @@ type StreamConfig struct {
 // multiprocessors, or says why the kernel does not serve req.
 func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
-	if bits != 4 && bits != 8 {
-		return StreamConfig{}, fmt.Sprintf("the stream kernel unpacks 4 and 8 bits, not %d", bits)
-	}
 	if req.Tokens > StreamMaxTokens {
 		return StreamConfig{}, fmt.Sprintf("the stream kernel serves 1 to %d tokens, not %d", StreamMaxTokens, req.Tokens)
 	}
 	groups := req.InFeatures / group
-	gbytes := group * bits / 8
-	// Steps of 128 (else 256) packed bytes per row, a whole number of groups
-	// that divides the row's groups.
-	u := 0
-	for _, v := range []int{128 / gbytes, 256 / gbytes} {
-		if v >= 2 && groups%v == 0 { // at least 4 bytes of scales per row and step
-			u = v
-			break
-		}
+	if rowBytes := req.InFeatures * bits / 8; rowBytes%16 != 0 {
+		return StreamConfig{}, fmt.Sprintf("in_features=%d at %d bits makes rows of %d bytes, not whole 16-byte pieces", req.InFeatures, bits, rowBytes)
 	}
+	u := streamStepGroups(bits, group, groups)
 	if u == 0 {
-		return StreamConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into 128- or 256-byte steps", groups)
+		return StreamConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into steps of whole 16-byte pieces (128 or 256 bytes at 4 and 8 bits)", groups)
 	}
 	nt := 4
 	switch {
@@ -67,12 +58,21 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	case req.Tokens <= 16:
 		nt = 2
 	}
-	// Two 16-row tiles per warp at every token count.
+	// Two 16-row tiles per warp at every token count; at decode, 2, 3, 5
+	// and 6 bits take one where two leave at most a block per SM: twice the
+	// blocks beat x through the ring there (14336->4096 at one token, 6
+	// bits 16.4 us against 18.4, 3 bits 15.0 against 15.8, 5 bits 17.4
+	// against 18.4; bench/NOTES.md, thirty-first session).
 	mt := 2
+	blocks := ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
+	general := bits != 4 && bits != 8
+	if general && nt == 1 && blocks <= sms {
+		mt = 1
+		blocks = ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
+	}
 	// Four warps per block, eight when that leaves fewer than 8 warps per
 	// SM at decode (4 above 8 tokens, where a warp has 2-4 times the
 	// tokens); at least two steps per warp.
-	blocks := ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
 	minWarps := 8
 	if nt > 1 {
 		minWarps = 4
@@ -86,11 +86,12 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	}
 	// At decode, when the grid is more than one block per SM, registers
 	// for 16 warps per SM (128 per thread): 256 blocks of 8 warps then fit
-	// one wave. With 4-bit group 32 that would spill, so it keeps 1.
+	// one wave. With 4-bit group 32 that would spill, so it keeps 1, and so
+	// do the other widths, whose unpacking takes 190-250 registers.
 	// Only when shared memory lets that many blocks reside (an SM has
 	// 228 KiB, 1 KiB of it reserved per block).
 	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: 1}
-	if nt == 1 && blocks > sms && (kw == 4 || kw == 8) && !(bits == 4 && group == 32) &&
+	if !general && nt == 1 && blocks > sms && (kw == 4 || kw == 8) && !(bits == 4 && group == 32) &&
 		(16/kw)*(cfg.SharedBytes()+1024) <= streamSMShared {
 		cfg.MinB = 16 / kw
 	}
@@ -104,6 +105,39 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 		}
 	}
 	return cfg, ""
+}
+
+// streamStepGroups is the groups per step (U) of the stream kernel, or 0
+// when none fits. 4 and 8 bits: steps of 128 (else 256) packed bytes per
+// row that divide the row's groups. The other widths: the fewest groups
+// (a power of two up to 16) that make at least 64 bytes in whole 16-byte
+// pieces, else the most that divide the row. Fewer groups a step keep
+// fewer scales in registers: 8192->28672 at one token, 3 bits in 4-group
+// steps 46.5 us against 52.5 in 8-group ones, 5 bits 62.8 against 65.8,
+// 6 bits in 2-group steps 58.5 against 60.4 (bench/NOTES.md, thirty-first
+// session). At least two groups: cp.async moves at least 4 bytes of
+// scales.
+func streamStepGroups(bits, group, groups int) int {
+	gbytes := group * bits / 8
+	if bits == 4 || bits == 8 {
+		for _, v := range []int{128 / gbytes, 256 / gbytes} {
+			if v >= 2 && groups%v == 0 {
+				return v
+			}
+		}
+		return 0
+	}
+	last := 0
+	for _, v := range []int{2, 4, 8, 16} {
+		if groups%v != 0 || v*gbytes%16 != 0 {
+			continue
+		}
+		if v*gbytes >= 64 {
+			return v
+		}
+		last = v
+	}
+	return last
 }
 
 // streamMaxShared bounds a variant's dynamic shared memory (H100/H200
@@ -131,7 +165,7 @@ func (c StreamConfig) SharedBytes() int {
 	wpt := c.Group * c.Bits / 128
 	seg := c.U * c.Group * c.Bits / 8
 	pad := 16 * wpt
-	if wpt == 8 {
+	if wpt == 8 || (c.Bits != 4 && c.Bits != 8) {
 		pad = 16
 	}
 	slot := rows*(seg+pad) + 2*rows*max(16, 2*c.U) + c.XT*(2*c.U*c.Group+16)

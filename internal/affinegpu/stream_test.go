@@ -22,7 +22,11 @@ func TestChooseStreamSaysWhyItDoesNotServe(t *testing.T) {
 		req  sdk.Request
 		want string
 	}{
-		{streamRequest(1, 4096, 4096, 3, 64), "4 and 8 bits, not 3"},
+		// 3 bits: rows of 36 bytes cannot be copied in 16-byte pieces.
+		{streamRequest(1, 96, 64, 3, 32), "rows of 36 bytes"},
+		// 6 bits: 3 groups of 48 bytes, and no step of whole 16-byte
+		// pieces divides them.
+		{streamRequest(1, 192, 64, 6, 64), "in_features/group_size=3"},
 		{streamRequest(33, 4096, 4096, 4, 64), "1 to 32 tokens, not 33"},
 		// 45 groups of 32 bytes: no 128- or 256-byte step divides the row.
 		{streamRequest(1, 2880, 2880, 4, 64), "in_features/group_size=45"},
@@ -55,6 +59,13 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(32, 4096, 4096, 4, 64), 2, 4, 8, 4, 1, 0, 128},
 		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 1, 4, 128},
 		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 1, 1, 128},
+		// The other widths: the fewest groups a step that make 64 bytes,
+		// no MINB, and one row tile per warp at decode where two would
+		// leave at most a block per SM.
+		{streamRequest(1, 4096, 14336, 6, 64), 2, 1, 4, 2, 1, 0, 448},
+		{streamRequest(1, 14336, 4096, 3, 64), 1, 1, 8, 4, 1, 0, 256},
+		{streamRequest(16, 8192, 28672, 5, 64), 2, 2, 4, 2, 1, 0, 896},
+		{streamRequest(4, 4096, 4096, 2, 32), 1, 1, 8, 8, 1, 0, 256},
 	} {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())
@@ -70,11 +81,12 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 
 func TestStreamVariantsFitTheGPU(t *testing.T) {
 	// Every variant chosen for the GPU test shapes and for a spread of
-	// model shapes: steps of whole 128-byte lines, at least 4 bytes of
-	// scales per row and step, at least one step per warp, and shared
-	// memory within an H100/H200's 227 KiB.
+	// model shapes: steps of whole 128-byte lines at 4 and 8 bits, of
+	// whole 16-byte pieces at the other widths, rows of whole 16-byte
+	// pieces, at least 4 bytes of scales per row and step, at least one
+	// step per warp, and shared memory within an H100/H200's 227 KiB.
 	reqs := plugintest.GPURequests()
-	for _, bits := range []int{4, 8} {
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 		for _, g := range []int{32, 64, 128} {
 			for _, in := range []int{1024, 4096, 5120, 8192, 14336, 28672} {
 				for _, tok := range []int{1, 5, 8, 9, 16, 17, 32} {
@@ -92,7 +104,12 @@ func TestStreamVariantsFitTheGPU(t *testing.T) {
 		served++
 		groups := req.InFeatures / cfg.Group
 		seg := cfg.U * cfg.Group * cfg.Bits / 8
-		assert.Zero(t, seg%128, "%s: step of %d bytes", req.Key(), seg)
+		line := 128
+		if cfg.Bits != 4 && cfg.Bits != 8 {
+			line = 16
+		}
+		assert.Zero(t, seg%line, "%s: step of %d bytes", req.Key(), seg)
+		assert.Zero(t, req.InFeatures*cfg.Bits/8%16, "%s: rows of whole 16-byte pieces", req.Key())
 		assert.Zero(t, groups%cfg.U, req.Key())
 		assert.GreaterOrEqual(t, 2*cfg.U, 4, req.Key())
 		assert.GreaterOrEqual(t, groups/cfg.U, cfg.KW, "%s: a warp without steps", req.Key())
@@ -129,7 +146,7 @@ func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 // installed.
 func TestStreamRuleMatchesTheHarness(t *testing.T) {
 	served := 0
-	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{1, 2, 4, 8, 9, 16, 17, 32}, []int{4, 8}, []int{32, 64, 128},
+	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{1, 2, 4, 8, 9, 16, 17, 32}, []int{2, 3, 4, 5, 6, 8}, []int{32, 64, 128},
 		[]int{384, 512, 1152, 2048, 2880, 3584, 4096, 5120, 8192, 13824, 14336, 28672},
 		[]int{8, 136, 1032, 2112, 4096, 8192, 14336, 28672, 128256}, func(harnessrule.Case) bool { return true })
 	harnessrule.Compare(t, "stream", cases, func(c harnessrule.Case) any {

@@ -5,8 +5,8 @@
 // weight row once and multiplies it with every token. Four GPU candidates
 // join it where they may be faster, and the host's tuner times them against
 // it where its policy tunes the key: qmm/stream
-// (internal/affinegpu/kernels/stream.cu, 9 to 32 tokens of 4- or 8-bit
-// weights), qmm/bulk (internal/affinegpu/kernels/bulk.cu in K slices on
+// (internal/affinegpu/kernels/stream.cu, 9 to 32 tokens of weights of any
+// width), qmm/bulk (internal/affinegpu/kernels/bulk.cu in K slices on
 // compute capability 9.0, 9 to 16 tokens of 4-bit weights), qmm/wave
 // (kernels/wave.cu on compute capability 9.0, 9 to 32 tokens of 4-bit
 // group-64 weights in one or two token tiles, with at least 64 output rows

@@ -24,7 +24,30 @@ func TestStreamCandidateServesSmallBatchesOnly(t *testing.T) {
 		{"cpu", int4Request(16, 4096, 4096), device.Profile{Kind: device.CPU}, "needs a CUDA device"},
 		{"decode", int4Request(8, 4096, 4096), hopper(), "serves 9 to 32 tokens, not 8"},
 		{"prefill", int4Request(33, 4096, 4096), hopper(), "1 to 32 tokens, not 33"},
-		{"3 bits", plugintest.AffineRequest(16, 4096, 4096, 3, 64, false), hopper(), "4 and 8 bits, not 3"},
+		{"rows of 36 bytes", plugintest.AffineRequest(16, 96, 64, 3, 32, false), hopper(), "not whole 16-byte pieces"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			adm := qmmStream{}.Admit(c.req, c.hw)
+			assert.False(t, adm.Admitted)
+			assert.Contains(t, adm.Reason, c.want)
+		})
+	}
+	// Every width MLX writes: 2, 3, 5 and 6 bits unpack on the kernel's
+	// general path.
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		adm := qmmStream{}.Admit(plugintest.AffineRequest(16, 4096, 4096, bits, 64, false), hopper())
+		assert.True(t, adm.Admitted, "%d bits: %s", bits, adm.Reason)
+	}
+}
+
+func TestStreamCandidateRefusesWhatTheKernelCannotCopy(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		req  sdk.Request
+		hw   device.Profile
+		want string
+	}{
+		{"three groups of 48 bytes", plugintest.AffineRequest(16, 192, 64, 6, 64, false), hopper(), "in_features/group_size=3"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adm := qmmStream{}.Admit(c.req, c.hw)

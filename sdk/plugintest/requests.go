@@ -52,7 +52,12 @@ func GPURequests() []sdk.Request {
 		a(1, 2880, 2880, 6, 32, false),
 		a(7, 2048, 8192, 8, 64, false),
 		a(200, 896, 4864, 6, 64, false),
-		// the stream kernel: 4 and 8 bits, decode and small batches
+		// the stream kernel: decode and small batches, 4 and 8 bits and
+		// (its general path) 2, 3, 5 and 6
+		a(16, 4096, 4104, 6, 64, true),
+		a(24, 3072, 2056, 3, 64, false),
+		a(9, 2560, 1032, 5, 128, true),
+		a(32, 2048, 4104, 2, 32, false),
 		a(3, 4096, 4104, 4, 32, true),
 		a(1, 14336, 4096, 4, 64, false),
 		a(5, 2048, 2056, 8, 64, true),

@@ -23,14 +23,15 @@
 //   Buffers must be 16-byte aligned; out_features % 8 == 0; in_features % GROUP == 0.
 //
 // MACROS (-D)
-//   BITS   4 or 8               GROUP  32, 64 or 128
+//   BITS   2, 3, 4, 5, 6 or 8   GROUP  32, 64 or 128
 //   MT     16-row m-tiles per warp (1 or 2; 4 only with NT = 1): a block
 //          covers ROWS = 16*MT output rows
 //   NT     8-token n-tiles per block (1, 2 or 4): blockIdx.y walks 8*NT-token tiles
 //   KW     warps per block (1..8); each takes every KW-th step of the rows
 //   U      groups per step (2..16, a power of two): SEG = U*GROUP*BITS/8
-//          packed bytes per row and step: 128, 256 or 512;
-//          in/GROUP % U == 0
+//          packed bytes per row and step: 128, 256 or 512 at 4 and 8 bits,
+//          whole 16-byte pieces at the other widths (96 at 6 bits group
+//          64, say); in/GROUP % U == 0, and rows are whole 16-byte pieces
 //   D      ring slots per warp (2..4): D-1 steps are in flight while one is used
 //   MINB   blocks per SM the register allocation must allow (default 1)
 //   SPK    1 (default): read a step's scales and biases once per row as
@@ -44,7 +45,8 @@
 // scripts/affine_kernels.py stream_config / stream_smem_bytes)
 //   block = 32*KW threads, grid = (ceil(out/ROWS), ceil(tokens/(8*NT)), 1)
 //   dynamic shared memory = max(KW*D*SLOT, KW > 1 ? 4*KW*ROWS*8*NT : 0) with
-//     WPT = GROUP*BITS/128, WSTRIDE = SEG + (WPT == 8 ? 16 : 16*WPT),
+//     WPT = GROUP*BITS/128, WSTRIDE = SEG + (WPT == 8 ? 16 : 16*WPT) at 4
+//     and 8 bits, SEG + 16 at the other widths,
 //     SSTRIDE = max(16, 2*U), XSTRIDE = 2*U*GROUP + 16,
 //     SLOT = ROWS*WSTRIDE + 2*ROWS*SSTRIDE + XT*XSTRIDE
 //
@@ -65,10 +67,26 @@
 //             exact; x pairs (x_j, x_j+4) are one prmt each.
 //     8 bits: q = l + 16h is read as two nibble streams; the h stream meets
 //             16*x (exact: a power of two), so the same lop3 unpacking serves.
+//   Other widths (2, 3, 5, 6 bits; KC_GENERAL): a lane's run is
+//   VPT*BITS bits, which need not start on a word (3 bits in groups of 64:
+//   48 bits a lane), so the lane reads the words around it and shifts them
+//   once (funnel shifts) so that value i sits at bits [BITS*i, BITS*(i+1))
+//   of r[]. It pairs value i with i + D (D = 4 at 6 bits, 8 at 2, 3 and 5
+//   bits; 4 where a run has only 8 values), whose bits start at the same
+//   offset within their bytes: one prmt gathers the two values' bytes into
+//   the halves of a word, one shift lines them up at bits 0 and 16 (none
+//   at 2 bits, where the pair is 16 bits apart), and lop3 masks them over
+//   0x4300, giving the bf16 pair (128 + v_i, 128 + v_j) as at 4 bits (a
+//   pair whose bytes span three words, or a run of 8 values, takes two
+//   funnel shifts and a prmt). x pairs (x_i, x_j) are one prmt each, and
+//   the fold is 4 bits'. The run's words, the pairs and the shifts are
+//   constants after unrolling but for the run's first shift. Thirty-first
+//   session, H200, group 64, x bf16 torch anchor (bench/NOTES.md): 1.7-2.9x
+//   at one and four tokens at the DESIGN.md shapes, 0.95-1.6x at 16.
 //   x comes from global memory (L1), one group ahead of its use, or
 //   (XT > 0) from the ring slot, where it arrived with the step's weights. The mma's
 //   fp32 accumulator t for one group is folded as
-//       acc += s*t + (b - C*s)*xsum,   C = 128 (4 bits) or 128*17 (8 bits),
+//       acc += s*t + (b - C*s)*xsum,   C = 128 (8 bits: 128*17),
 //   exact algebra of s*q + b. xsum (per token and group) comes from one more
 //   mma of the same x fragments against a matrix of ones, landing in the
 //   accumulator layout the fold needs. The KW warps of a block add their
@@ -94,9 +112,12 @@ typedef unsigned short u16;
 #define XT 0
 #endif
 
-#if BITS != 4 && BITS != 8
-#error "BITS must be 4 or 8"
+#if BITS != 2 && BITS != 3 && BITS != 4 && BITS != 5 && BITS != 6 && BITS != 8
+#error "BITS must be 2, 3, 4, 5, 6 or 8"
 #endif
+// 4 and 8 bits unpack whole words (kc_nib); 2, 3, 5 and 6 bits take the
+// general path (kc_pair): see "Other widths" in METHOD.
+#define KC_GENERAL (BITS != 4 && BITS != 8)
 #if GROUP != 32 && GROUP != 64 && GROUP != 128
 #error "GROUP must be 32, 64 or 128"
 #endif
@@ -114,12 +135,16 @@ typedef unsigned short u16;
 #endif
 
 #define VPT (GROUP / 4)              // values per lane, row and group
-#define WPT (VPT * BITS / 32)        // packed words per lane, row and group
+#define WPT (VPT * BITS / 32)        // packed words per lane, row and group (4 and 8 bits)
+#define RBYTES (VPT * BITS / 8)      // packed bytes of a lane's run (row, group)
+#define RW ((RBYTES + 3) / 4)        // words of a run once it starts on bit 0
+#define RALIGNED (RBYTES % 4 == 0)   // every run starts on a word (else on a byte)
+#define LW (RALIGNED ? RW : RW + 1)  // words read from shared memory to cover a run
 #define XLD (GROUP / 32)             // 16-byte x loads per lane, token and group
-#if BITS == 4
-#define OFFSET 128.0f
+#if BITS != 8
+#define OFFSET 128.0f                // A holds 128 + q
 #else
-#define OFFSET 2176.0f
+#define OFFSET 2176.0f               // 128 + l and 16*(128 + h): 128*17
 #endif
 
 #define KC_DEV __device__ __forceinline__
@@ -164,6 +189,50 @@ KC_DEV u32 kc_times16(u32 pair) {
     asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(pair), "r"(0x41804180u), "r"(0x80008000u));
     return d;
 }
+// (a & b) | c in one lop3.
+KC_DEV u32 kc_and_or(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+#if KC_GENERAL
+// Other widths ("Other widths" in METHOD). A lane's run of VPT values of
+// a row and group sits in r[0..RW) from bit 0 on, value i at bits
+// [BITS*i, BITS*(i+1)). Pair p of the run is values (kc_pi(p), kc_pj(p)),
+// D apart: equal bit offsets within their bytes (2 bits: 16 bits apart),
+// so that one byte permute (or one shift) lines both up.
+KC_DEV constexpr int kc_pd() { return VPT < 16 ? 4 : (BITS == 6 ? 4 : 8); }
+KC_DEV constexpr int kc_pi(int p) { return p / kc_pd() * 2 * kc_pd() + p % kc_pd(); }
+KC_DEV constexpr int kc_pj(int p) { return kc_pi(p) + kc_pd(); }
+KC_DEV u32 kc_rword(const u32 (&r)[RW], int k) { return k < RW ? r[k] : 0u; }
+// The run's bits from bit b on, in the low bits of a word.
+KC_DEV u32 kc_bits_from(const u32 (&r)[RW], int b) {
+    const int w = b >> 5, sh = b & 31;
+    return sh == 0 ? r[w] : __funnelshift_r(r[w], kc_rword(r, w + 1), sh);
+}
+// bf16 pair (128 + v_i, 128 + v_j), exact (v < 128): everything folds to
+// constants once the loops over pairs are unrolled.
+KC_DEV u32 kc_pair(const u32 (&r)[RW], int i, int j) {
+    const int pi = BITS * i, pj = BITS * j, d = pi & 7;
+    const int w = pi >> 5;
+    const int lo = (pi >> 3) - 4 * w, hi = (pj >> 3) - 4 * w;   // bytes of the pair in r[w], r[w+1]
+    const int nb = (d + BITS + 7) >> 3;                        // bytes a value spans
+    u32 v;
+    if (pj - pi == 16 && ((pj + BITS - 1) >> 5) == w) {
+        v = r[w] >> (pi & 31);                                  // v_i at bit 0, v_j at bit 16
+    } else if ((pj & 7) == d && hi + nb - 1 <= 7) {
+        const u32 sel = lo | (nb > 1 ? lo + 1 : lo) << 4 | hi << 8 | (nb > 1 ? hi + 1 : hi) << 12;
+        v = kc_prmt(r[w], kc_rword(r, w + 1), sel) >> d;        // both at bit d of their halves
+    } else {
+        v = kc_prmt(kc_bits_from(r, pi), kc_bits_from(r, pj), 0x5410);
+    }
+    return kc_and_or(v, ((1u << BITS) - 1u) * 0x10001u, 0x43004300u);
+}
+// The x pair (x_i, x_j) of the lane's run of x (two bf16 a word).
+KC_DEV u32 kc_xpair(const u32* xw, int i, int j) {
+    return kc_prmt(xw[i >> 1], xw[j >> 1], ((i & 1) ? 0x32u : 0x10u) | ((j & 1) ? 0x7600u : 0x5400u));
+}
+#endif
 // c = a*b (+ c when acc), m16n8k16 bf16 -> fp32.
 KC_DEV void kc_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, bool acc) {
     const float z = 0.f;
@@ -229,7 +298,11 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #define ROWS (16 * MT)
 #define GBYTES (GROUP * BITS / 8)            // packed bytes per row and group
 #define SEG (U * GBYTES)                     // packed bytes per row and step
+#if KC_GENERAL
+#define WSTRIDE (SEG + 16)                   // a run's last word may read 4 bytes past the row
+#else
 #define WSTRIDE (SEG + (WPT == 8 ? 16 : 16 * WPT))   // padding: fragment reads hit distinct banks
+#endif
 #define SSEG (2 * U)                         // scale bytes per row and step
 #define SW (U / 2)                           // 32-bit words of scales per row and step
 #define SCP (SSEG < 16 ? SSEG : 16)          // bytes per cp.async of scales
@@ -238,7 +311,11 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #define XSTRIDE (XSEG + 16)                  // padding: conflict-free x reads for GROUP 64 (2-way for 32 and 128)
 #define XOFF (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
 #define SLOT (XOFF + XT * XSTRIDE)
-#if SEG % 128 != 0 || SEG > 512
+#if KC_GENERAL
+#if SEG % 16 != 0
+#error "U*GROUP*BITS/8 must be whole 16-byte pieces"
+#endif
+#elif SEG % 128 != 0 || SEG > 512
 #error "U*GROUP*BITS/8 must be 128, 256 or 512 (whole lines, at most 32 lanes per row piece)"
 #endif
 
@@ -270,17 +347,36 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     // rows (a warp instruction covers whole 128-byte lines), then the scales
     // and biases. Rows past the end copy row out-1 (never stored). Sources
     // and destinations are computed once here; a step only adds its offset.
-    constexpr int LPR = SEG / 16;                       // lanes per row piece
-    constexpr int NCP = ROWS * SEG / 16 / 32;           // weight copies per lane and step
+    constexpr int LPR = SEG / 16;                       // 16-byte pieces per row and step
+    // Lane l copies piece l % LPR of rows l / LPR, l / LPR + RPI, ...: RPI
+    // rows a warp instruction. 4 and 8 bits (steps of 128, 256 or 512
+    // bytes) keep a source per row (LWHOLE: 32 lanes cover whole rows);
+    // the other widths' steps of 3, 5 or 6 pieces of 32 bytes, say, leave
+    // lanes idle and work out each row's source as they go, and steps of
+    // more than 32 pieces go in column blocks of 32 (RPI 0).
+    constexpr bool LWHOLE = !KC_GENERAL;
+    constexpr int RPI = LPR <= 32 ? 32 / LPR : 0;          // rows a warp instruction
+    constexpr int NCP = LWHOLE ? ROWS * LPR / 32 : 1;     // sources kept per lane
     constexpr int SPR = SSEG / SCP;                     // scale copies per row
     constexpr int NSC = (2 * ROWS * SPR + 31) / 32;     // scale copies per lane and step
     const unsigned char* wsrc[NCP];
+    u32 wdst;
+    if constexpr (LWHOLE) {
 #pragma unroll
-    for (int i = 0; i < NCP; ++i) {
-        const int r = lane / LPR + i * (32 / LPR);
-        wsrc[i] = wbytes + (long long)min(row0 + r, out - 1) * row_bytes + (lane % LPR) * 16;
+        for (int i = 0; i < NCP; ++i) {
+            const int r = lane / LPR + i * (32 / LPR);
+            wsrc[i] = wbytes + (long long)min(row0 + r, out - 1) * row_bytes + (lane % LPR) * 16;
+        }
+        wdst = ring_s + (lane / LPR) * WSTRIDE + (lane % LPR) * 16;
+    } else if constexpr (RPI > 0) {
+        wsrc[0] = wbytes + (long long)row0 * row_bytes + (lane % LPR) * 16;
+        wdst = ring_s + (lane % LPR) * 16;
+    } else {
+        wsrc[0] = wbytes + (long long)row0 * row_bytes + lane * 16;
+        wdst = ring_s + lane * 16;
     }
-    const u32 wdst = ring_s + (lane / LPR) * WSTRIDE + (lane % LPR) * 16;
+    const int rlast = out - 1 - row0;   // rows past it copy the last row (never stored)
+    const int rsub = RPI > 0 ? lane / LPR : 0;           // this lane's first row (RPI > 0)
     const u16* ssrc[NSC];
     u32 sdst[NSC];
 #pragma unroll
@@ -295,9 +391,29 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     auto issue = [&](int d, int st) {
         const u32 off = d * SLOT;
         const long long wo = (long long)st * SEG;
+        if constexpr (LWHOLE) {
 #pragma unroll
-        for (int i = 0; i < NCP; ++i)
-            kc_cp16(wdst + off + i * (32 / LPR) * WSTRIDE, wsrc[i] + wo);
+            for (int i = 0; i < NCP; ++i)
+                kc_cp16(wdst + off + i * (32 / LPR) * WSTRIDE, wsrc[i] + wo);
+        } else if constexpr (RPI > 0) {
+            if (rsub < RPI) {
+#pragma unroll
+                for (int i = 0; i < (ROWS + RPI - 1) / RPI; ++i) {
+                    const int r = rsub + i * RPI;
+                    if (ROWS % RPI == 0 || r < ROWS)
+                        kc_cp16(wdst + off + r * WSTRIDE, wsrc[0] + (long long)min(r, rlast) * row_bytes + wo);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int cb = 0; cb < (LPR + 31) / 32; ++cb)
+                if (lane + 32 * cb < LPR) {
+#pragma unroll
+                    for (int r = 0; r < ROWS; ++r)
+                        kc_cp16(wdst + off + r * WSTRIDE + cb * 512,
+                                wsrc[0] + (long long)min(r, rlast) * row_bytes + cb * 512 + wo);
+                }
+        }
 #if XT > 0
         // The step's x: XT token rows of U*GROUP values (tokens past the
         // end repeat the last; their outputs are never stored).
@@ -354,13 +470,54 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     const u32 ones = 0x3F803F80u;
 #if BITS == 4
     const u32 ones_hi = ones;
-#else
+#elif BITS == 8
     const u32 ones_hi = 0u;
+#endif
+#if KC_GENERAL
+    // Where this lane's run starts in a row's group: the word, and the bits
+    // of it before the run.
+    const int run_base = (tig * RBYTES) & ~3;
+    const u32 run_shift = 8 * ((tig * RBYTES) & 3);
 #endif
 
     // One group: A fragments from the slot, B from x (already in registers).
     auto group_math = [&](const unsigned char* slot, int u, const u32 (&xw)[NT][4 * XLD],
                           const u32 (&sw)[MT][2][SW], const u32 (&bw)[MT][2][SW]) {
+#if KC_GENERAL
+        u32 r[MT][2][RW];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32* p = reinterpret_cast<const u32*>(slot + (16 * m + 8 * h + g) * WSTRIDE + u * GBYTES + run_base);
+                u32 l[LW];
+#pragma unroll
+                for (int k = 0; k < LW; ++k) l[k] = p[k];
+#pragma unroll
+                for (int k = 0; k < RW; ++k) r[m][h][k] = RALIGNED ? l[k] : __funnelshift_r(l[k], l[LW > k + 1 ? k + 1 : k], run_shift);
+            }
+        float t[MT][NT][4];
+        float xs[NT][4];
+#pragma unroll
+        for (int st = 0; st < VPT / 4; ++st) {
+            // One k16 step: pairs 2st (A rows g and g+8 against b0) and 2st+1 (against b1).
+            const int i0 = kc_pi(2 * st), j0 = kc_pj(2 * st), i1 = kc_pi(2 * st + 1), j1 = kc_pj(2 * st + 1);
+            u32 q[NT][2];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                q[n][0] = kc_xpair(xw[n], i0, j0);
+                q[n][1] = kc_xpair(xw[n], i1, j1);
+                kc_mma(xs[n], ones, ones, ones, ones, q[n][0], q[n][1], st != 0);
+            }
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                const u32 a0 = kc_pair(r[m][0], i0, j0), a1 = kc_pair(r[m][1], i0, j0);
+                const u32 a2 = kc_pair(r[m][0], i1, j1), a3 = kc_pair(r[m][1], i1, j1);
+#pragma unroll
+                for (int n = 0; n < NT; ++n) kc_mma(t[m][n], a0, a1, a2, a3, q[n][0], q[n][1], st != 0);
+            }
+        }
+#else
         u32 w[MT][2][WPT];
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -419,6 +576,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
                 }
             }
         }
+#endif
         // Fold: acc += s*t + (b - C*s)*xsum, rows g (e = 0, 1) and g+8 (e = 2, 3).
 #if !SPK
         const u16* sc = reinterpret_cast<const u16*>(slot + ROWS * WSTRIDE);
