@@ -127,6 +127,9 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			affine(sdk.PhaseDecode, sdk.RoleGateUp, 1, 4096, 28672, 4, 64),
 			affine(sdk.PhaseDecode, sdk.RoleDown, 1, 14336, 4096, 4, 64),
 			affine(sdk.PhaseDecode, sdk.RoleAttentionOutput, 4, 4096, 4096, 8, 64),
+			// 6 bits, MLX's other common width: gemv against the stream
+			// kernel's general path (gemv/tensor-core)
+			affine(sdk.PhaseDecode, sdk.RoleGateUp, 1, 4096, 14336, 6, 64),
 			// a layer an engine asks for at decode and then at prefill (16
 			// tokens, below): the second makes and copies only its inputs
 			affine(sdk.PhaseDecode, sdk.RoleDown, 1, 28672, 8192, 4, 64),
