@@ -154,7 +154,7 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     groups = in_f // group
     gbytes = group * bits // 8
     u = stream_step_groups(bits, group, groups)
-    if u is None or (in_f * bits // 8) % 16:
+    if u is None:
         return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
     mt = 2
@@ -186,7 +186,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     if cfg.get("SPK", 0):
         del cfg["SPK"]   # the kernel's default
     line = 128 if bits in (4, 8) else 16
-    if groups % cfg["U"] or cfg["U"] < 2 or (cfg["U"] * gbytes) % line or (cfg["MT"] == 4 and cfg["NT"] != 1):
+    if (groups % cfg["U"] or cfg["U"] < 2 or (cfg["U"] * gbytes) % line or cfg["U"] * gbytes > 512
+            or (cfg["MT"] == 4 and cfg["NT"] != 1)):
         return None
     return cfg
 
@@ -194,12 +195,12 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
 def stream_step_groups(bits: int, group: int, groups: int) -> int | None:
     """Groups per step (U) of affine_stream. 4 and 8 bits: steps of 128 (else 256) packed
     bytes per row that divide the row's groups. The other widths: the fewest groups (a
-    power of two up to 16) making at least 64 bytes in whole 16-byte pieces, else the
-    most that divide the row (Go: streamStepGroups)."""
+    power of two up to 16) making at least 64 bytes in whole 16-byte pieces (at most 512),
+    else the most that divide the row (Go: streamStepGroups)."""
     gbytes = group * bits // 8
     if bits in (4, 8):
         return next((v for v in (128 // gbytes, 256 // gbytes) if v >= 2 and groups % v == 0), None)
-    ok = [u for u in (2, 4, 8, 16) if groups % u == 0 and (u * gbytes) % 16 == 0]
+    ok = [u for u in (2, 4, 8, 16) if groups % u == 0 and (u * gbytes) % 16 == 0 and u * gbytes <= 512]
     return next((u for u in ok if u * gbytes >= 64), ok[-1] if ok else None)
 
 

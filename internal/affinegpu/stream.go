@@ -44,9 +44,8 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 		return StreamConfig{}, fmt.Sprintf("the stream kernel serves 1 to %d tokens, not %d", StreamMaxTokens, req.Tokens)
 	}
 	groups := req.InFeatures / group
-	if rowBytes := req.InFeatures * bits / 8; rowBytes%16 != 0 {
-		return StreamConfig{}, fmt.Sprintf("in_features=%d at %d bits makes rows of %d bytes, not whole 16-byte pieces", req.InFeatures, bits, rowBytes)
-	}
+	// Whole steps of whole 16-byte pieces make rows of whole pieces too,
+	// which the copies need.
 	u := streamStepGroups(bits, group, groups)
 	if u == 0 {
 		return StreamConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into steps of whole 16-byte pieces (128 or 256 bytes at 4 and 8 bits)", groups)
@@ -59,10 +58,13 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 		nt = 2
 	}
 	// Two 16-row tiles per warp at every token count; at decode, 2, 3, 5
-	// and 6 bits take one where two leave at most a block per SM: twice the
-	// blocks beat x through the ring there (14336->4096 at one token, 6
-	// bits 16.4 us against 18.4, 3 bits 15.0 against 15.8, 5 bits 17.4
-	// against 18.4; bench/NOTES.md, thirty-first session).
+	// and 6 bits take one where two leave at most a block per SM: with
+	// streamStepGroups' short steps, twice the blocks of 8 warps beat two
+	// row tiles with x through the ring and the first rule's longer steps
+	// (14336->4096 at one token, 6 bits 16.4 us against 18.4, 3 bits 15.0
+	// against 15.8, 5 bits 17.4 against 18.4; with the longer steps one
+	// row tile was slower: 23.9 and 22.6 at 6 and 3 bits; bench/NOTES.md,
+	// thirty-first session).
 	mt := 2
 	blocks := ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
 	general := bits != 4 && bits != 8
@@ -110,11 +112,13 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // streamStepGroups is the groups per step (U) of the stream kernel, or 0
 // when none fits. 4 and 8 bits: steps of 128 (else 256) packed bytes per
 // row that divide the row's groups. The other widths: the fewest groups
-// (a power of two up to 16) that make at least 64 bytes in whole 16-byte
-// pieces, else the most that divide the row. Fewer groups a step keep
-// fewer scales in registers: 8192->28672 at one token, 3 bits in 4-group
-// steps 46.5 us against 52.5 in 8-group ones, 5 bits 62.8 against 65.8,
-// 6 bits in 2-group steps 58.5 against 60.4 (bench/NOTES.md, thirty-first
+// (2, 4, 8 or 16) that make at least 64 bytes in whole 16-byte pieces and
+// divide the row, else the most that do (at most 512 bytes: the kernel
+// copies a row's step with one warp instruction). Fewer groups a step keep
+// fewer scales in registers: 8192->28672 at one token with two row tiles
+// a warp, 3 bits in 4-group steps 46.5 us against 52.5 in 8-group ones, 6
+// bits in 2-group steps 58.5 against 60.4, 5 bits in 2-group steps 62.8
+// against 65.8 in 4-group ones with MINB 4 (bench/NOTES.md, thirty-first
 // session). At least two groups: cp.async moves at least 4 bytes of
 // scales.
 func streamStepGroups(bits, group, groups int) int {
@@ -129,7 +133,7 @@ func streamStepGroups(bits, group, groups int) int {
 	}
 	last := 0
 	for _, v := range []int{2, 4, 8, 16} {
-		if groups%v != 0 || v*gbytes%16 != 0 {
+		if groups%v != 0 || v*gbytes%16 != 0 || v*gbytes > 512 {
 			continue
 		}
 		if v*gbytes >= 64 {

@@ -3,7 +3,8 @@
 // per-group sum of the input. On a GPU it runs kernels/gemv.cu, compiled by
 // NVRTC per variant and exported for the host to launch; on the CPU device,
 // a Go version of the same method. Two more candidates run on the GPU only:
-// gemv/tensor-core streams weights of every width through the tensor cores,
+// gemv/tensor-core streams weights of every width through the tensor cores
+// (where a row's groups split into steps of whole 16-byte pieces),
 // and gemv/bulk (Hopper) feeds the same arithmetic with tensor copies from
 // producer warps. The host times them all and keeps the fastest per shape.
 package main

@@ -24,7 +24,6 @@ func TestStreamCandidateServesSmallBatchesOnly(t *testing.T) {
 		{"cpu", int4Request(16, 4096, 4096), device.Profile{Kind: device.CPU}, "needs a CUDA device"},
 		{"decode", int4Request(8, 4096, 4096), hopper(), "serves 9 to 32 tokens, not 8"},
 		{"prefill", int4Request(33, 4096, 4096), hopper(), "1 to 32 tokens, not 33"},
-		{"rows of 36 bytes", plugintest.AffineRequest(16, 96, 64, 3, 32, false), hopper(), "not whole 16-byte pieces"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adm := qmmStream{}.Admit(c.req, c.hw)

@@ -30,8 +30,8 @@
 //   KW     warps per block (1..8); each takes every KW-th step of the rows
 //   U      groups per step (2..16, a power of two): SEG = U*GROUP*BITS/8
 //          packed bytes per row and step: 128, 256 or 512 at 4 and 8 bits,
-//          whole 16-byte pieces at the other widths (96 at 6 bits group
-//          64, say); in/GROUP % U == 0, and rows are whole 16-byte pieces
+//          whole 16-byte pieces (at most 32) at the other widths (96 at 6
+//          bits group 64, say); in/GROUP % U == 0
 //   D      ring slots per warp (2..4): D-1 steps are in flight while one is used
 //   MINB   blocks per SM the register allocation must allow (default 1)
 //   SPK    1 (default): read a step's scales and biases once per row as
@@ -52,9 +52,12 @@
 //
 // METHOD
 //   Each warp streams its steps through a private ring of D shared-memory
-//   slots with cp.async (16-byte pieces; a warp instruction covers whole
-//   128-byte lines of a row), so no block-wide barrier is needed until the
-//   end. Row strides are padded so that fragment reads hit distinct banks.
+//   slots with cp.async (16-byte pieces; at 4 and 8 bits a warp
+//   instruction covers whole 128-byte lines of a row), so no block-wide
+//   barrier is needed until the end. At 4 and 8 bits row strides are
+//   padded so that fragment reads hit distinct banks (not at the other
+//   widths, where some lanes share a bank: 3 bits in groups of 64, rows
+//   g=7, tig=0 and g=0, tig=3).
 //   mma.sync m16n8k16 takes the weights as the A operand (rows = output
 //   features) and x as B (columns = tokens). The four lanes of a quad
 //   (tig = lane%4) share A rows g and g+8 (g = lane/4) and split each k16 step
@@ -71,18 +74,21 @@
 //   VPT*BITS bits, which need not start on a word (3 bits in groups of 64:
 //   48 bits a lane), so the lane reads the words around it and shifts them
 //   once (funnel shifts) so that value i sits at bits [BITS*i, BITS*(i+1))
-//   of r[]. It pairs value i with i + D (D = 4 at 6 bits, 8 at 2, 3 and 5
-//   bits; 4 where a run has only 8 values), whose bits start at the same
-//   offset within their bytes: one prmt gathers the two values' bytes into
-//   the halves of a word, one shift lines them up at bits 0 and 16 (none
-//   at 2 bits, where the pair is 16 bits apart), and lop3 masks them over
-//   0x4300, giving the bf16 pair (128 + v_i, 128 + v_j) as at 4 bits (a
-//   pair whose bytes span three words, or a run of 8 values, takes two
-//   funnel shifts and a prmt). x pairs (x_i, x_j) are one prmt each, and
-//   the fold is 4 bits'. The run's words, the pairs and the shifts are
-//   constants after unrolling but for the run's first shift. Thirty-first
-//   session, H200, group 64, x bf16 torch anchor (bench/NOTES.md): 1.7-2.9x
-//   at one and four tokens at the DESIGN.md shapes, 0.95-1.6x at 16.
+//   of r[]. It pairs value i with i + PD (PD = 4 at 6 bits, 8 at 2, 3 and
+//   5 bits; 4 where a run has only 8 values, in groups of 32). At 2 bits
+//   in groups of 64 and 128 the pair is 16 bits apart: one shift and a lop3
+//   as at 4 bits. Elsewhere both values' bits mostly start at the same
+//   offset within their bytes: one prmt gathers their bytes into the
+//   halves of a word, one shift lines them up at bits 0 and 16, and lop3
+//   masks them over 0x4300, giving the bf16 pair (128 + v_i, 128 + v_j).
+//   Where they do not (3 and 5 bits in groups of 32), or where a 5-bit
+//   pair's bytes span three words (3 of 8 pairs in groups of 64), each
+//   value takes a funnel shift of its own before the prmt. x pairs
+//   (x_i, x_j) are one prmt each, and the fold is 4 bits'. The run's words,
+//   the pairs and the shifts are constants after unrolling but for the
+//   run's first shift. Thirty-first session, H200, group 64, x bf16 torch
+//   anchor (bench/NOTES.md): 1.5-2.9x at one and four tokens at the
+//   DESIGN.md shapes, 0.95-1.6x at 16.
 //   x comes from global memory (L1), one group ahead of its use, or
 //   (XT > 0) from the ring slot, where it arrived with the step's weights. The mma's
 //   fp32 accumulator t for one group is folded as
@@ -199,8 +205,9 @@ KC_DEV u32 kc_and_or(u32 a, u32 b, u32 c) {
 // Other widths ("Other widths" in METHOD). A lane's run of VPT values of
 // a row and group sits in r[0..RW) from bit 0 on, value i at bits
 // [BITS*i, BITS*(i+1)). Pair p of the run is values (kc_pi(p), kc_pj(p)),
-// D apart: equal bit offsets within their bytes (2 bits: 16 bits apart),
-// so that one byte permute (or one shift) lines both up.
+// kc_pd() apart: mostly equal bit offsets within their bytes (2 bits in
+// groups of 64 and 128: 16 bits apart), so that one byte permute (or one
+// shift) lines both up.
 KC_DEV constexpr int kc_pd() { return VPT < 16 ? 4 : (BITS == 6 ? 4 : 8); }
 KC_DEV constexpr int kc_pi(int p) { return p / kc_pd() * 2 * kc_pd() + p % kc_pd(); }
 KC_DEV constexpr int kc_pj(int p) { return kc_pi(p) + kc_pd(); }
@@ -299,7 +306,7 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #define GBYTES (GROUP * BITS / 8)            // packed bytes per row and group
 #define SEG (U * GBYTES)                     // packed bytes per row and step
 #if KC_GENERAL
-#define WSTRIDE (SEG + 16)                   // a run's last word may read 4 bytes past the row
+#define WSTRIDE (SEG + 16)                   // a misaligned run's last word may read 4 bytes past the row
 #else
 #define WSTRIDE (SEG + (WPT == 8 ? 16 : 16 * WPT))   // padding: fragment reads hit distinct banks
 #endif
@@ -312,8 +319,8 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #define XOFF (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
 #define SLOT (XOFF + XT * XSTRIDE)
 #if KC_GENERAL
-#if SEG % 16 != 0
-#error "U*GROUP*BITS/8 must be whole 16-byte pieces"
+#if SEG % 16 != 0 || SEG > 512
+#error "U*GROUP*BITS/8 must be whole 16-byte pieces, at most 32 of them (a warp instruction covers a row piece)"
 #endif
 #elif SEG % 128 != 0 || SEG > 512
 #error "U*GROUP*BITS/8 must be 128, 256 or 512 (whole lines, at most 32 lanes per row piece)"
@@ -344,18 +351,19 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     kc_grid_release();
 
     // Copy step st into ring slot d: every lane moves 16-byte pieces of the
-    // rows (a warp instruction covers whole 128-byte lines), then the scales
+    // rows (at 4 and 8 bits a warp instruction covers whole 128-byte
+    // lines), then the scales
     // and biases. Rows past the end copy row out-1 (never stored). Sources
     // and destinations are computed once here; a step only adds its offset.
     constexpr int LPR = SEG / 16;                       // 16-byte pieces per row and step
     // Lane l copies piece l % LPR of rows l / LPR, l / LPR + RPI, ...: RPI
     // rows a warp instruction. 4 and 8 bits (steps of 128, 256 or 512
     // bytes) keep a source per row (LWHOLE: 32 lanes cover whole rows);
-    // the other widths' steps of 3, 5 or 6 pieces of 32 bytes, say, leave
-    // lanes idle and work out each row's source as they go, and steps of
-    // more than 32 pieces go in column blocks of 32 (RPI 0).
+    // the other widths' steps (4, 5, 6, 10 or 12 pieces of 16 bytes as
+    // the rule picks them) leave lanes idle and work out each row's source
+    // as they go.
     constexpr bool LWHOLE = !KC_GENERAL;
-    constexpr int RPI = LPR <= 32 ? 32 / LPR : 0;          // rows a warp instruction
+    constexpr int RPI = 32 / LPR;                          // rows a warp instruction
     constexpr int NCP = LWHOLE ? ROWS * LPR / 32 : 1;     // sources kept per lane
     constexpr int SPR = SSEG / SCP;                     // scale copies per row
     constexpr int NSC = (2 * ROWS * SPR + 31) / 32;     // scale copies per lane and step
@@ -368,15 +376,12 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
             wsrc[i] = wbytes + (long long)min(row0 + r, out - 1) * row_bytes + (lane % LPR) * 16;
         }
         wdst = ring_s + (lane / LPR) * WSTRIDE + (lane % LPR) * 16;
-    } else if constexpr (RPI > 0) {
+    } else {
         wsrc[0] = wbytes + (long long)row0 * row_bytes + (lane % LPR) * 16;
         wdst = ring_s + (lane % LPR) * 16;
-    } else {
-        wsrc[0] = wbytes + (long long)row0 * row_bytes + lane * 16;
-        wdst = ring_s + lane * 16;
     }
     const int rlast = out - 1 - row0;   // rows past it copy the last row (never stored)
-    const int rsub = RPI > 0 ? lane / LPR : 0;           // this lane's first row (RPI > 0)
+    const int rsub = lane / LPR;        // this lane's first row (idle from RPI on)
     const u16* ssrc[NSC];
     u32 sdst[NSC];
 #pragma unroll
@@ -395,24 +400,13 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
 #pragma unroll
             for (int i = 0; i < NCP; ++i)
                 kc_cp16(wdst + off + i * (32 / LPR) * WSTRIDE, wsrc[i] + wo);
-        } else if constexpr (RPI > 0) {
-            if (rsub < RPI) {
+        } else if (rsub < RPI) {
 #pragma unroll
-                for (int i = 0; i < (ROWS + RPI - 1) / RPI; ++i) {
-                    const int r = rsub + i * RPI;
-                    if (ROWS % RPI == 0 || r < ROWS)
-                        kc_cp16(wdst + off + r * WSTRIDE, wsrc[0] + (long long)min(r, rlast) * row_bytes + wo);
-                }
+            for (int i = 0; i < (ROWS + RPI - 1) / RPI; ++i) {
+                const int r = rsub + i * RPI;
+                if (ROWS % RPI == 0 || r < ROWS)
+                    kc_cp16(wdst + off + r * WSTRIDE, wsrc[0] + (long long)min(r, rlast) * row_bytes + wo);
             }
-        } else {
-#pragma unroll
-            for (int cb = 0; cb < (LPR + 31) / 32; ++cb)
-                if (lane + 32 * cb < LPR) {
-#pragma unroll
-                    for (int r = 0; r < ROWS; ++r)
-                        kc_cp16(wdst + off + r * WSTRIDE + cb * 512,
-                                wsrc[0] + (long long)min(r, rlast) * row_bytes + cb * 512 + wo);
-                }
         }
 #if XT > 0
         // The step's x: XT token rows of U*GROUP values (tokens past the
