@@ -13,9 +13,10 @@ import (
 
 // gemvTensorCore is the second decode candidate: the weight-streaming
 // tensor-core kernel (internal/affinegpu/kernels/stream.cu) for weights of
-// 2 to 8 bits (2, 3, 5 and 6 on the kernel's general path). It fetches whole cache lines into shared memory with cp.async
-// and leaves the multiply-adds to mma.sync; which of the two decode kernels
-// is faster depends on the shape, so the host times both.
+// 2 to 8 bits (2, 3, 5 and 6 on the kernel's general path). It fetches
+// whole cache lines into shared memory with cp.async and leaves the
+// multiply-adds to mma.sync; which of the decode kernels is faster depends
+// on the shape, so the host times them all.
 type gemvTensorCore struct{}
 
 var _ sdk.Candidate = gemvTensorCore{}

@@ -17,8 +17,9 @@ const streamMinTokens = 8
 
 // qmmStream is QMM's small-batch candidate: the weight-streaming kernel
 // (internal/affinegpu/kernels/stream.cu) for 9 to 32 tokens of weights of
-// every width (2, 3, 5 and 6 bits on the kernel's general path). Whether it or the tiled kernel is faster depends on the shape
-// (bench/NOTES.md), so the host times both.
+// every width (2, 3, 5 and 6 bits on the kernel's general path). Whether
+// it or the tiled kernel is faster depends on the shape (bench/NOTES.md),
+// so the host times both.
 type qmmStream struct{}
 
 var _ sdk.Candidate = qmmStream{}
