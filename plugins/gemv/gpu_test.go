@@ -61,5 +61,6 @@ func TestGPUReproducibleCandidates(t *testing.T) {
 	a := plugintest.AffineRequest
 	plugintest.RunReproducible(t, plugintest.Self(), plugintest.OpenGPU(t), 5,
 		plugintest.Repeat{Candidate: gemv{}.Info().Name, Requests: []sdk.Request{a(1, 4096, 4096, 4, 64, false), a(3, 2880, 2880, 4, 32, true)}},
-		plugintest.Repeat{Candidate: gemvTensorCore{}.Info().Name, Requests: []sdk.Request{a(1, 4096, 14336, 4, 64, false), a(4, 4096, 4096, 8, 32, true)}})
+		plugintest.Repeat{Candidate: gemvTensorCore{}.Info().Name, Requests: []sdk.Request{a(1, 4096, 14336, 4, 64, false), a(4, 4096, 4096, 8, 32, true),
+			a(1, 4096, 14336, 6, 64, false), a(5, 3072, 2056, 3, 64, true)}}) // the general path at 6 and 3 bits
 }

@@ -34,7 +34,8 @@ func TestGPUReproducibleCandidates(t *testing.T) {
 	a := plugintest.AffineRequest
 	plugintest.RunReproducible(t, plugintest.Self(), plugintest.OpenGPU(t), 5,
 		plugintest.Repeat{Candidate: qmm{}.Info().Name, Requests: []sdk.Request{a(33, 4096, 4096, 4, 64, false), a(7, 1152, 1032, 3, 64, true)}},
-		plugintest.Repeat{Candidate: qmmStream{}.Info().Name, Requests: []sdk.Request{a(16, 4096, 4104, 4, 64, true), a(12, 4096, 4096, 8, 32, false)}},
+		plugintest.Repeat{Candidate: qmmStream{}.Info().Name, Requests: []sdk.Request{a(16, 4096, 4104, 4, 64, true), a(12, 4096, 4096, 8, 32, false),
+			a(16, 2560, 6912, 5, 64, false)}}, // the general path at 5 bits
 		plugintest.Repeat{Candidate: qmmWave{}.Info().Name, Requests: []sdk.Request{a(16, 4096, 14336, 4, 64, false), a(24, 2048, 22008, 4, 64, true), a(13, 28672, 8200, 4, 64, true)}},
 		plugintest.Repeat{Candidate: qmmWGMMA{}.Info().Name, Requests: []sdk.Request{a(256, 4096, 14336, 4, 64, false), a(96, 4096, 2056, 4, 64, true), a(200, 4096, 1032, 4, 64, true), a(150, 4096, 25464, 4, 64, true),
 			a(136, 4096, 17416, 4, 64, true), a(256, 4096, 22016, 4, 64, false)}})
