@@ -157,12 +157,12 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     if u is None:
         return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
-    mt = 2
-    blocks = -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
+    def blocks_of(mt):
+        return -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
     general = bits not in (4, 8)
-    if general and nt == 1 and blocks <= sms:
-        mt = 1   # the other widths at decode: twice the blocks rather than x through the ring
-        blocks = -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
+    # the other widths at decode: twice the blocks rather than x through the ring
+    mt = 1 if general and nt == 1 and blocks_of(2) <= sms else 2
+    blocks = blocks_of(mt)
     kw = 4 if blocks * 4 >= (4 if nt > 1 else 8) * sms else 8
     while kw > 1 and groups // u < 2 * kw:
         kw //= 2

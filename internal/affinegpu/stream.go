@@ -65,13 +65,13 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	// against 15.8, 5 bits 17.4 against 18.4; with the longer steps one
 	// row tile was slower: 23.9 and 22.6 at 6 and 3 bits; bench/NOTES.md,
 	// thirty-first session).
+	blocksOf := func(mt int) int { return ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt) }
 	mt := 2
-	blocks := ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
 	general := bits != 4 && bits != 8
-	if general && nt == 1 && blocks <= sms {
+	if general && nt == 1 && blocksOf(2) <= sms {
 		mt = 1
-		blocks = ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
 	}
+	blocks := blocksOf(mt)
 	// Four warps per block, eight when that leaves fewer than 8 warps per
 	// SM at decode (4 above 8 tokens, where a warp has 2-4 times the
 	// tokens); at least two steps per warp.
