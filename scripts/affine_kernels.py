@@ -6,7 +6,7 @@
     internal/affinegpu/kernels/stream.cu affine_stream (weight streaming, 2..8 bits, 1..32 tokens)
     internal/affinegpu/kernels/bulk.cu   affine_bulk  (4/8-bit weights fed by tensor copies, 1..16
                                    tokens; gemv/bulk serves it at 1..8 tokens, qmm/bulk at 9..16 in K slices)
-    plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, 4 or 8 bits g64, 17+ tokens)
+    plugins/qmm/kernels/wg.cu      affine_wg    (Hopper wgmma, 2..8 bits g64, 17+ tokens)
 
 Run on the H200 (Python 3.12, torch, cupy; nothing else needed):
 
@@ -1669,11 +1669,12 @@ def wg_stage_bytes(cfg: dict) -> int:
 
 def wg_with_bits(cfg: dict, bits: int) -> dict:
     """cfg for `bits`-bit weights: BITS 8 with two weight-copying warps
-    (AW 2, unless --wg-over names AW; plugins/qmm/wgmma.go's variant), or
-    no BITS macro (the kernel's 4)."""
+    (AW 2, unless --wg-over names AW; plugins/qmm/wgmma.go's variant), no
+    BITS macro at 4 (the kernel's default), else BITS alone."""
     cfg = {k: v for k, v in cfg.items() if k != "BITS" and not (k == "AW" and "AW" not in WG_OVER)}
+    if bits != 4:
+        cfg["BITS"] = bits
     if bits == 8:
-        cfg["BITS"] = 8
         cfg.setdefault("AW", 2)
     return cfg
 
@@ -1699,21 +1700,34 @@ def wg_workspace_bytes(cfg: dict, tokens: int, in_f: int, out_f: int, splits: in
 
 
 def wg_group_stage(cfg: dict) -> tuple[int, int]:
-    """Groups per weight stage (AG) and a stage row's padded bytes (AROW_BYTES) of wg.cu."""
-    return (4, 256 + 64) if cfg.get("BITS", 4) == 8 else (8, 256 + 32)
+    """Groups per weight stage (AG) and a stage row's padded bytes (AROW_BYTES) of wg.cu
+    (wgStageRow in plugins/qmm/wgmma.go)."""
+    bits = cfg.get("BITS", 4)
+    if bits == 4:
+        return 8, 256 + 32
+    if bits == 8:
+        return 4, 256 + 64
+    ag = 8 if bits in (2, 3) else 4
+    return ag, ag * 8 * bits + 16
 
 
 def wg_smem(cfg: dict) -> int:
+    """wg.cu's SMEM_BYTES (sharedBytes in plugins/qmm/wgmma.go): the rings, or
+    the epilogue's fp32 tile or a cluster's shares where larger."""
     ag, arow = wg_group_stage(cfg)
-    return cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * 64 * cfg["WGS"] * (arow + 4 * ag)
+    rows = 64 * cfg["WGS"]
+    n = max(cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * rows * (arow + 4 * ag), cfg["BN"] * (rows + 4) * 4)
+    if cfg.get("CLUSTER"):
+        n = max(n, (cfg["CLUSTER"] + 1) * cfg["BN"] * (rows // cfg["CLUSTER"] + 4) * 4)
+    return n
 
 
 def wg_serves(tokens: int, in_f: int, bits: int = 4, group: int = 64) -> bool:
-    """What qmm/wgmma admits (plugins/qmm/wgmma.go): 4 or 8 bits in groups
+    """What qmm/wgmma admits (plugins/qmm/wgmma.go): any width in groups
     of 64, in % 128 == 0, in <= 57344, 17 or more tokens, compute
     capability 9.0."""
     import torch
-    return (bits in (4, 8) and group == 64 and in_f % 128 == 0 and in_f <= 57344 and tokens > 16
+    return (group == 64 and in_f % 128 == 0 and in_f <= 57344 and tokens > 16
             and torch.cuda.get_device_capability(0) == (9, 0))
 
 
@@ -1830,6 +1844,21 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 
 
 WG_TOKENS = (256, 4096)
+# run_wg's correctness cases: (in, out, tokens, bias, xe, bits), described there.
+WG_CHECK_CASES = [
+    (1024, 1032, 37, True, 0, 4), (4096, 4096, 128, False, 0, 4), (2048, 512, 300, True, 0, 4),
+    (4096, 14336, 256, False, 0, 4), (14336, 4096, 33, False, 0, 4), (1152, 1032, 65, True, 0, 4),
+    (640, 136, 129, False, 0, 4), (4096, 1032, 70, True, 17, 4), (2048, 1032, 70, False, -20, 4),
+    (4096, 4096, 128, False, 0, 8), (2048, 520, 300, True, 0, 8), (1152, 1032, 65, True, 0, 8),
+    (640, 136, 129, False, 0, 8), (14336, 2048, 33, False, 0, 8), (4096, 1032, 70, True, 17, 8),
+    (8192, 1544, 120, True, 0, 4),
+    (4096, 4096, 128, False, 0, 6), (640, 136, 129, False, 0, 6), (1152, 1032, 65, True, 0, 6),
+    (4096, 1032, 70, True, 17, 6),
+    (2048, 520, 300, True, 0, 5), (640, 136, 129, False, 0, 5), (14336, 2048, 33, False, 0, 5),
+    (4096, 4096, 128, False, 0, 3), (1152, 1032, 65, True, 0, 3), (2048, 1032, 70, False, -20, 3),
+    (1024, 1032, 37, True, 0, 2), (640, 136, 129, False, 0, 2), (8192, 1544, 120, True, 0, 2),
+]
+WG_CHECK_BITS = sorted({c[5] for c in WG_CHECK_CASES})
 def default_wg_configs():
     """--wg's variants unless --wg-configs names others (built after --wg-over is read)."""
     return [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
@@ -1983,7 +2012,7 @@ def run_wg(quick: bool, bench: bool = True):
     cfgs, failed = [], set()
     for c in WG_CONFIGS:     # a variant that does not compile is reported and skipped
         try:
-            compile_all([(WG_CU, wg_with_bits(c, 4)), (WG_CU, wg_with_bits(c, 8))])   # 8-bit cases run each variant too
+            compile_all([(WG_CU, wg_with_bits(c, b)) for b in WG_CHECK_BITS])   # every width's cases run each variant
             cfgs.append(c)
         except RuntimeError as e:
             ok_all = False
@@ -2007,15 +2036,12 @@ def run_wg(quick: bool, bench: bool = True):
     # keeps them exact; they are checked against a tolerance scaled alike.
     # 8-bit cases: groups a multiple of the stage's 4 (4096, 2048), not
     # (1152: 18 groups, scales copied in pairs), a partial last stage (640:
-    # 10 groups), large x. The last case has 8192 inputs, the top of the
-    # plugin's range for 256-thread xprep blocks.
-    for ci, (in_f, out_f, t, bias, xe, bits) in enumerate([
-            (1024, 1032, 37, True, 0, 4), (4096, 4096, 128, False, 0, 4), (2048, 512, 300, True, 0, 4),
-            (4096, 14336, 256, False, 0, 4), (14336, 4096, 33, False, 0, 4), (1152, 1032, 65, True, 0, 4),
-            (640, 136, 129, False, 0, 4), (4096, 1032, 70, True, 17, 4), (2048, 1032, 70, False, -20, 4),
-            (4096, 4096, 128, False, 0, 8), (2048, 520, 300, True, 0, 8), (1152, 1032, 65, True, 0, 8),
-            (640, 136, 129, False, 0, 8), (14336, 2048, 33, False, 0, 8), (4096, 1032, 70, True, 17, 8),
-            (8192, 1544, 120, True, 0, 4)]):
+    # 10 groups), large x. The 8192-input case is the top of the plugin's
+    # range for 256-thread xprep blocks. The other widths (general
+    # unpacking, stages of 8 groups at 2 and 3 bits, 4 at 5 and 6) take the
+    # same kinds of case: partial last stages (640 and 1152 inputs), scales
+    # copied in pairs (1152), large and small x.
+    for ci, (in_f, out_f, t, bias, xe, bits) in enumerate(WG_CHECK_CASES):
         wt = Weights(bits, 64, in_f, out_f, bias, seed=500 + ci)
         gen = torch.Generator(device="cuda").manual_seed(ci)
         x = torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1
@@ -2135,7 +2161,7 @@ def main():
     ap.add_argument("--bulk-over", help="macros K=V,... every affine_bulk variant takes (e.g. UNR=2)")
     ap.add_argument("--stream-over", help="macros K=V,... every affine_stream variant takes (e.g. COOP=1)")
     ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")
-    ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS)")
+    ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS; with --quant, that width's cases only)")
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS[:CLUSTER[:SK]]]]]],... (default: default_wg_configs())")
     ap.add_argument("--no-streamk", action="store_true", help="the wgmma rule without stream-K (its split tails instead)")
     ap.add_argument("--wg-time-all", action="store_true",
@@ -2205,6 +2231,10 @@ def main():
             WG_CONFIGS = default_wg_configs()   # after --wg-over, which they take
         if args.tokens:
             WG_TOKENS = BENCH_TOKENS
+        if args.quant:   # check and time that width only
+            global WG_CHECK_CASES, WG_CHECK_BITS
+            WG_CHECK_CASES = [c for c in WG_CHECK_CASES if c[5] == BENCH_QUANT[0]]
+            WG_CHECK_BITS = [BENCH_QUANT[0]]
         ok = run_wg(args.quick)
         print(f"# total {time.time() - t0:.1f}s; wg {'OK' if ok else 'FAILED'}")
         sys.exit(0 if ok else 1)

@@ -38,5 +38,6 @@ func TestGPUReproducibleCandidates(t *testing.T) {
 			a(16, 2560, 6912, 5, 64, false)}}, // the general path at 5 bits
 		plugintest.Repeat{Candidate: qmmWave{}.Info().Name, Requests: []sdk.Request{a(16, 4096, 14336, 4, 64, false), a(24, 2048, 22008, 4, 64, true), a(13, 28672, 8200, 4, 64, true)}},
 		plugintest.Repeat{Candidate: qmmWGMMA{}.Info().Name, Requests: []sdk.Request{a(256, 4096, 14336, 4, 64, false), a(96, 4096, 2056, 4, 64, true), a(200, 4096, 1032, 4, 64, true), a(150, 4096, 25464, 4, 64, true),
-			a(136, 4096, 17416, 4, 64, true), a(256, 4096, 22016, 4, 64, false)}})
+			a(136, 4096, 17416, 4, 64, true), a(256, 4096, 22016, 4, 64, false),
+			a(150, 4096, 25464, 6, 64, true), a(136, 4096, 17416, 3, 64, false)}}) // the general unpacking: stream-K at 6 bits, a split tail at 3
 }

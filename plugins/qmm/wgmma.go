@@ -68,8 +68,8 @@ const (
 // qmmWGMMA is QMM's Hopper candidate: kernels/wg.cu, warp-specialised
 // wgmma with the weights dequantised to fp16 in registers (one rounding per
 // weight, 2^-11 relative) and x scaled per token by a power of two into
-// fp16. It serves 4- and 8-bit weights in groups of 64 at 17 or more
-// tokens on compute capability 9.0; the host's tuner times it against the
+// fp16. It serves 2-, 3-, 4-, 5-, 6- and 8-bit weights in groups of 64 at
+// 17 or more tokens on compute capability 9.0; the host's tuner times it against the
 // tiled kernel (and, up to 32 tokens, qmm/stream and qmm/wave) and keeps
 // the fastest.
 type qmmWGMMA struct{}
@@ -103,8 +103,8 @@ func wgAdmit(req sdk.Request, hw device.Profile) string {
 	if hw.ComputeCapability != "9.0" {
 		return fmt.Sprintf("needs compute capability 9.0 (wgmma and setmaxnreg are sm_90a instructions), the GPU has %s", hw.ComputeCapability)
 	}
-	if (req.Weight.Bits != 4 && req.Weight.Bits != 8) || req.Weight.GroupSize != 64 {
-		return fmt.Sprintf("unpacks 4- or 8-bit weights in groups of 64, not bits=%d group_size=%d", req.Weight.Bits, req.Weight.GroupSize)
+	if req.Weight.GroupSize != 64 {
+		return fmt.Sprintf("unpacks weights in groups of 64, not group_size=%d", req.Weight.GroupSize)
 	}
 	if req.InFeatures%128 != 0 {
 		return fmt.Sprintf("in_features=%d is not a multiple of 128 (scales are staged two groups at a time)", req.InFeatures)
@@ -175,9 +175,10 @@ type wgConfig struct {
 	// that adds its shares in shared memory (the CLUSTER macro): no fp32
 	// sums in the workspace and no reduce launch.
 	Cluster bool
-	// Bits is the weights' width, 4 or 8 (the BITS macro): 8-bit stages
-	// hold 4 groups of each row instead of 8, the same 256 bytes, copied
-	// by two warps instead of three (AW).
+	// Bits is the weights' width (the BITS macro): 8-bit stages hold 4
+	// groups of each row instead of 8, the same 256 bytes, copied by two
+	// warps instead of three (AW); 2, 3, 5 and 6 bits take the kernel's
+	// general unpacking (wgStageRow gives their stages).
 	Bits int
 	// XPrepThreads is affine_wg_xprep's block, wgXPrepThreads or
 	// wgXPrepWideThreads (the XPREP_THREADS macro; chooseWG sets it).
@@ -339,11 +340,15 @@ func (c wgConfig) variant() gpukernel.Variant {
 	if c.Cluster {
 		defines["CLUSTER"] = c.Splits
 	}
-	if c.Bits == 8 {
+	switch c.Bits {
+	case 4:
+	case 8:
 		// Two weight-copying warps, not three: at 8 bits they fed the
 		// consumers faster in 5 of 6 timed cells, by up to 1.6×
 		// (bench/NOTES.md, thirteenth session).
 		defines["BITS"], defines["AW"] = 8, 2
+	default:
+		defines["BITS"] = c.Bits
 	}
 	if t := c.xprepThreads(); t != wgXPrepThreads {
 		defines["XPREP_THREADS"] = t
@@ -367,15 +372,37 @@ func (c wgConfig) xprepThreads() int {
 // operand in fp16.
 func (c wgConfig) stageBytes() int { return 4 * c.BN * 32 }
 
-// sharedBytes is the main kernel's dynamic shared memory: the x ring and
-// the weight ring (rows of 256 bytes padded to 288, then 8 scales and 8
-// biases; at 8 bits padded to 320, then 4 and 4).
+// sharedBytes is the main kernel's dynamic shared memory (SMEM_BYTES in
+// wg.cu): the x ring and the weight ring (wgStageRow's rows, then a scale
+// and a bias per group), or, where larger, what the epilogue lays over
+// them: the fp32 output tile and, in a cluster, the shares that arrive and
+// the outgoing one (larger only at 2 and 3 bits, whose stages are small).
 func (c wgConfig) sharedBytes() int {
-	groups, row := 8, 8*32+32 // AG and AROW_BYTES in wg.cu
-	if c.Bits == 8 {
-		groups, row = 4, 4*64+64
+	groups, row := wgStageRow(c.Bits)
+	rows := 64 * c.WGS
+	n := max(c.Stages*c.stageBytes()+c.AST*rows*(row+4*groups), c.BN*(rows+4)*4)
+	if c.Cluster {
+		n = max(n, (c.Splits+1)*c.BN*(rows/c.Splits+4)*4)
 	}
-	return c.Stages*c.stageBytes() + c.AST*64*c.WGS*(row+4*groups)
+	return n
+}
+
+// wgStageRow is a weight stage's groups and a row's padded bytes at bits
+// (AG and AROW_BYTES in wg.cu): 8 groups of 4 bits (256 bytes, padded to
+// 288), 4 of 8 bits (256, padded to 320); at the other widths 8 groups of
+// 2 or 3 bits and 4 of 5 or 6 bits, padded by 16 bytes. Bits 0 is the
+// kernel's default, 4.
+func wgStageRow(bits int) (groups, rowBytes int) {
+	switch bits {
+	case 0, 4:
+		return 8, 8*32 + 32
+	case 8:
+		return 4, 4*64 + 64
+	case 2, 3:
+		return 8, 8*8*bits + 16
+	default: // 5, 6
+		return 4, 4*8*bits + 16
+	}
 }
 
 func (c wgConfig) tiles(req sdk.Request) int { return ceilDiv(req.Tokens, c.BN) }

@@ -50,6 +50,45 @@ func TestWGMMAServesInt8G64(t *testing.T) {
 	}
 }
 
+// 2-, 3-, 5- and 6-bit weights in groups of 64 run the same tiles and
+// shares with the BITS macro and the kernel's general unpacking: stages
+// of 8 groups at 2 and 3 bits (128 and 192 bytes of each row), 4 at 5 and
+// 6 bits (160 and 192), rows padded by 16 bytes. Where the epilogue's
+// fp32 tile or a cluster's shares outgrow the smaller rings, the block
+// takes their bytes; every variant fits a block's 227 KB.
+func TestWGMMAServesTheOtherWidths(t *testing.T) {
+	rows := map[int][2]int{2: {8, 144}, 3: {8, 208}, 5: {4, 176}, 6: {4, 208}}
+	for _, bits := range []int{2, 3, 5, 6} {
+		groups, row := wgStageRow(bits)
+		assert.Equal(t, rows[bits], [2]int{groups, row}, "bits=%d", bits)
+		for _, shape := range [][3]int{{256, 4096, 14336}, {64, 4096, 4096}, {4096, 14336, 4096}, {128, 28672, 8192},
+			{256, 8192, 28032}, {256, 4096, 17920}, {33, 14336, 4096}, {200, 8192, 28672}} {
+			req := plugintest.AffineRequest(shape[0], shape[1], shape[2], bits, 64, shape[0]%2 == 0)
+			adm := qmmWGMMA{}.Admit(req, hopper())
+			require.True(t, adm.Admitted, adm.Reason)
+			assert.Contains(t, adm.Reason, fmt.Sprintf("int%d g64", bits))
+			c, c4 := chooseWG(req, 132), chooseWG(int4Request(req.Tokens, req.InFeatures, req.OutFeatures), 132)
+			assert.Equal(t, bits, c.variant().Defines["BITS"], req.Key())
+			assert.NotContains(t, c.variant().Defines, "AW", "three weight-copying warps, the kernel's default")
+			c4.Bits = bits
+			assert.Equal(t, c4, c, "the same tiles and shares as at 4 bits: %s", req.Key())
+			ring := c.Stages*c.stageBytes() + c.AST*64*c.WGS*(row+4*groups)
+			assert.GreaterOrEqual(t, c.sharedBytes(), ring, req.Key())
+			assert.GreaterOrEqual(t, c.sharedBytes(), c.BN*(64*c.WGS+4)*4, "the fp32 output tile, %s", req.Key())
+			if c.Cluster {
+				assert.GreaterOrEqual(t, c.sharedBytes(), (c.Splits+1)*c.BN*(64*c.WGS/c.Splits+4)*4, "the cluster's shares, %s", req.Key())
+			}
+			assert.LessOrEqual(t, c.sharedBytes()+8*2*(c.Stages+c.AST)+4*c.BN+2*64*c.WGS, 232448, "fits the opt-in shared memory")
+		}
+	}
+	// 256-token tiles in two-share clusters at 2 bits: the three shares
+	// ([256][68] fp32 each) outgrow the rings (3*32768 + 3*128*(144+32)).
+	wideSplit := wgWide
+	wideSplit.Splits, wideSplit.Cluster, wideSplit.Bits = 2, true, 2
+	assert.Equal(t, 3*256*68*4, wideSplit.sharedBytes())
+	assert.Less(t, 3*32768+3*128*(144+32), wideSplit.sharedBytes())
+}
+
 // The measured rule: the token tile (256, 128 or 64 tokens) in pairs,
 // 64-row tiles in 2 K shares summed within a cluster, where 4 shares of
 // its blocks would fit one wave; else the tile's K in 2 shares, a cluster
@@ -122,8 +161,8 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 	ampere := hopper()
 	ampere.ComputeCapability = "8.0"
 	cpu := device.Profile{Kind: device.CPU}
-	q6 := plugintest.AffineRequest(256, 4096, 4096, 6, 64, false)
 	g32 := plugintest.AffineRequest(256, 4096, 4096, 4, 32, false)
+	g128 := plugintest.AffineRequest(256, 4096, 4096, 6, 128, false)
 	cases := []struct {
 		name string
 		req  sdk.Request
@@ -132,8 +171,8 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 	}{
 		{"cpu", int4Request(256, 4096, 4096), cpu, "needs a CUDA device"},
 		{"ampere", int4Request(256, 4096, 4096), ampere, "compute capability 9.0"},
-		{"6 bits", q6, hopper(), "bits=6"},
 		{"group 32", g32, hopper(), "group_size=32"},
+		{"group 128", g128, hopper(), "group_size=128"},
 		{"odd groups", int4Request(256, 2880, 4096), hopper(), "in_features=2880 is not a multiple of 128"},
 		{"few tokens", int4Request(16, 4096, 4096), hopper(), "17 or more tokens, not 16"},
 		{"rows of x too long", int4Request(256, 57344+128, 4096), hopper(), "in_features=57472 is over 57344"},
@@ -416,12 +455,12 @@ func TestStreamKPlansAreOnesTheKernelRuns(t *testing.T) {
 // the plugin does (the shares, whole tiles and stream-K blocks, the main
 // grid, the reduce launch's grid, the shared memory and the workspace's
 // bytes), over SM counts,
-// token counts, input and output sizes and both widths. Skipped where
+// token counts, input and output sizes and every width. Skipped where
 // python3 is not installed.
 func TestWGRuleMatchesTheHarness(t *testing.T) {
 	seen := map[string]bool{}
 	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{17, 33, 64, 65, 100, 128, 129, 136, 150, 200, 256, 257, 300, 1000, 4096},
-		[]int{4, 8}, []int{64}, []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344},
+		[]int{2, 3, 4, 5, 6, 8}, []int{64}, []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344},
 		[]int{8, 136, 1032, 4096, 14336, 17416, 18944, 22016, 28032, 28160, 28672, 128256}, func(c harnessrule.Case) bool {
 			hw := hopper()
 			hw.Multiprocessors = c.SMs

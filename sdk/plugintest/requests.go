@@ -64,7 +64,7 @@ func GPURequests() []sdk.Request {
 		a(12, 4096, 4096, 8, 32, false),
 		a(24, 2048, 8192, 4, 128, true),
 		a(29, 5120, 1032, 4, 64, false),
-		// the Hopper wgmma kernel: 4 (and below, 8) bits g64, 17+ tokens, partial tiles,
+		// the Hopper wgmma kernel: 4 (and below, 8, 2, 3 and 5) bits g64, 17+ tokens, partial tiles,
 		// groups not a multiple of 8 (1152, 640), out not a multiple of 128,
 		// each of its 64-, 128- and 256-token tiles
 		a(65, 1152, 1032, 4, 64, true),
@@ -79,6 +79,9 @@ func GPURequests() []sdk.Request {
 		a(160, 2048, 1032, 8, 64, true),  // 8 bits: 256-token tiles, K in two shares a cluster
 		a(300, 1152, 2048, 8, 64, false), // 8 bits: 18 groups (scales copied in pairs), two token tiles
 		a(256, 4096, 1032, 8, 64, false), // 8 bits: 256-token tiles in pairs
+		a(160, 2048, 1032, 2, 64, true),  // 2 bits (general unpacking): 256-token tiles, K in two shares a cluster, whose shares outgrow the rings
+		a(300, 1152, 2048, 3, 64, false), // 3 bits: 18 groups (a last weight stage of 2), two token tiles
+		a(150, 4096, 25464, 5, 64, true), // 5 bits: a whole wave, then the rest shared by stream-K blocks
 		a(120, 8192, 1544, 4, 64, true),  // xprep in 256-thread blocks at the top of their range (8192 inputs), a partial row block
 		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4

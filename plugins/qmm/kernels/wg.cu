@@ -1,5 +1,5 @@
-// wg.cu: wgmma (sm_90a) kernel for the affine family at many tokens, 4- or
-// 8-bit weights (BITS) in groups of 64: QMM's Hopper candidate
+// wg.cu: wgmma (sm_90a) kernel for the affine family at many tokens, 2-,
+// 3-, 4-, 5-, 6- or 8-bit weights (BITS) in groups of 64: QMM's Hopper candidate
 // (plugins/qmm/wgmma.go). Checked and timed standalone by
 // `python3 scripts/affine_kernels.py --wg`.
 //
@@ -85,7 +85,8 @@
 //   session, 3-18 % slower on eight of ten shape and token cells at 256
 //   and 4096 tokens).
 //   With BITS 8 a weight stage holds AG = 4 groups, the same 256 bytes of
-//   each row.
+//   each row; with 2 and 3 bits 8 groups (128 and 192 bytes), with 5 and 6
+//   bits 4 (160 and 192).
 //   A slot is refilled once every consumer warp has arrived on its "empty"
 //   mbarrier. WGS consumer warpgroups each own 64 rows and share the x tile.
 //   A (weights) comes from registers: each warp owns 16 rows with the
@@ -95,6 +96,18 @@
 //   saves the shifts) and one exact fma to q; with BITS 8, byte j of two
 //   words (values j and j+4 of a run of 8) by prmt, then the same lop3
 //   and fma.
+//   Other widths (2, 3, 5 and 6 bits; KC_GENERAL): a lane's run of 16
+//   values is 2*BITS bytes, which at 3 and 5 bits starts mid-word; the lane
+//   reads the words around it and shifts them once, so that value i sits
+//   at bits [BITS*i, BITS*(i+1)). It pairs value i with i + PD (PD 8 at 2,
+//   3 and 5 bits, 4 at 6 bits), whose bits mostly start at the same offset
+//   within their bytes: one prmt gathers both values' bytes into the halves
+//   of a word, one shift lines them up, and the lop3 with 0x6400 gives
+//   (1024 + v_i, 1024 + v_j); pairs whose offsets differ (some at 5 bits)
+//   take a funnel shift per value first, and 2-bit pairs, 16 bits apart, a
+//   shift alone. Then the same two fmas. These are the stream kernel's
+//   pairs (internal/affinegpu/kernels/stream.cu), in fp16. xprep lays x out
+//   by the same pairs (PD).
 //   B (x) is in shared memory without swizzle, as 8x8 core matrices (8
 //   tokens x 8 k, 16 bytes per token): LBO (next 8 k) = 128 B, SBO (next 8
 //   tokens) = 256 B; one k16 step of BN tokens is BN*32 bytes.
@@ -107,7 +120,7 @@
 // timed and lost to the stream kernel at 9-32 tokens, bench/NOTES.md),
 // STAGES (>= FSETS x slots), WGS (1..3 consumer warpgroups, 64 rows each),
 // AST (weight slots of AG groups), FSETS (2 or 3 A fragment sets), AW
-// (1..3 weight-copying warps, default 3), BITS (4 or 8), CLUSTER (0, or 2
+// (1..3 weight-copying warps, default 3), BITS (2, 3, 4, 5, 6 or 8), CLUSTER (0, or 2
 // K shares of a tile per thread-block cluster; clusters of four 216 KB
 // blocks measured twice as slow on the H200, as if they could not all be
 // placed at once, bench/NOTES.md, and the epilogue's exchange now serves
@@ -184,18 +197,34 @@ typedef unsigned long long u64;
 #ifndef BITS
 #define BITS 4
 #endif
-#if BITS != 4 && BITS != 8
-#error "BITS must be 4 or 8"
+#if BITS != 2 && BITS != 3 && BITS != 4 && BITS != 5 && BITS != 6 && BITS != 8
+#error "BITS must be 2, 3, 4, 5, 6 or 8"
 #endif
+// 4 and 8 bits unpack whole words; 2, 3, 5 and 6 bits take the general
+// path (kc_pair16; "Other widths" in METHOD).
+#define KC_GENERAL (BITS != 4 && BITS != 8)
 #define GB (8 * BITS)                        // bytes of one row's group of 64 weights
-#define AG (256 / GB)                        // groups per weight stage: 256 bytes of each row
+// Groups per weight stage: 256 bytes of each row at 4 and 8 bits; at the
+// other widths 128-192 bytes (whole 16-byte pieces: AG even at 3 and 5
+// bits), which keeps the 256-token variants' rings within 227 KB.
+#define AG (BITS == 2 || BITS == 3 || BITS == 4 ? 8 : 4)
+#if AG * GB % 16 != 0 || (AG != 4 && AG != 8) || AG * GB > 256
+#error "a weight stage's row must be whole 16-byte pieces, its scales one 8- or 16-byte copy, and at most 256 bytes"
+#endif
 // One row of a weight stage, padded so that the rows a quarter warp (BITS
-// 8, 16-byte reads: 2 rows) or half warp (BITS 4, 8-byte reads: 4 rows)
-// reads at once fall in different banks.
-#define AROW_BYTES (AG * GB + (BITS == 8 ? 64 : 32))
+// 8, 16-byte reads: 2 rows), a half warp (BITS 4, 8-byte reads: 4 rows)
+// or a warp (other widths, 4-byte reads: 8 rows; 3 bits share banks in
+// pairs) reads at once fall in different banks.
+#define AROW_BYTES (AG * GB + (BITS == 8 ? 64 : BITS == 4 ? 32 : 16))
+// Pairs of a lane's 16-value run (kc_pi): values i and i + PD. 4 and 8
+// bits, and 6 bits, pair i with i + 4; 2, 3 and 5 bits with i + 8, whose
+// bits start at the same offset within their bytes. xprep lays x out by
+// the same pairs.
+#define PD (BITS == 2 || BITS == 3 || BITS == 5 ? 8 : 4)
 #define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][AG] and biases [ROWS][AG], bf16
 #define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * AG))
-#define SMEM_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
+#define RING_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
+#define KC_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
 #ifndef XPREP_THREADS
 #define XPREP_THREADS 128                    // affine_wg_xprep's block (the plugin compiles 256 where x is mid-sized: wgmma.go, chooseWG)
@@ -211,9 +240,6 @@ typedef unsigned long long u64;
 #if BN * OTILE_LD * 2 > STAGES * STAGE_BYTES
 #error "the output tile must fit in the x ring"
 #endif
-#if BN * FTILE_LD * 4 > SMEM_BYTES
-#error "the fp32 output tile must fit in the rings"
-#endif
 #if CLUSTER
 #define QROWS (ROWS / CLUSTER)               // rows of the tile each block of a cluster finishes
 #define QTILE_LD (QROWS + 4)                 // one token of a share of those rows (fp32), padded against bank conflicts
@@ -221,9 +247,19 @@ typedef unsigned long long u64;
 #if QROWS % 16 != 0
 #error "each warp's 16 rows must fall to one block of the cluster"
 #endif
-#if (CLUSTER + 1) * SHARE_BYTES > SMEM_BYTES
-#error "the cluster's shares and the outgoing one must fit in the rings"
 #endif
+// Dynamic shared memory: the rings, which the epilogue reuses for the fp32
+// output tile and, in a cluster, the shares that arrive and the outgoing
+// one; where those are larger than the rings (the 2- and 3-bit weight
+// stages are small), the block takes their bytes (wgmma.go's sharedBytes
+// mirrors this).
+#if CLUSTER
+#define SMEM_BYTES KC_MAX(KC_MAX(RING_BYTES, BN * FTILE_LD * 4), (CLUSTER + 1) * SHARE_BYTES)
+#else
+#define SMEM_BYTES KC_MAX(RING_BYTES, BN * FTILE_LD * 4)
+#endif
+#if SMEM_BYTES + 2048 > 232448
+#error "the rings and the static shared memory must fit the 227 KB a block may have"
 #endif
 // The producer warpgroup's registers after setmaxnreg. At 40 its weight
 // copy loop spilled (88 local loads and stores, ptxas); at 72 it nearly
@@ -265,6 +301,96 @@ KC_DEV u32 kc_hfma2(u32 a, u32 b, u32 c) {
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
 }
+#if KC_GENERAL
+// Other widths ("Other widths" in METHOD). A lane's run of 16 values of a
+// row's group is RBYTES bytes from byte tig * RBYTES, which at 3 and 5
+// bits starts mid-word: the lane reads the LW words from the one holding
+// its first byte and shifts them once (kc_words_at), so that r[] holds
+// value i at bits [BITS*i, BITS*(i+1)).
+#define RBYTES (2 * BITS)
+#define RW ((16 * BITS + 31) / 32)
+#define LW ((16 * BITS + (RBYTES % 4 != 0 ? 16 : 0) + 31) / 32)
+struct kc_words { u32 r[2][RW]; };   // a lane's runs of one group: rows rl0 and rl0 + 8
+KC_DEV u32 kc_prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+// (a & b) | c in one lop3.
+KC_DEV u32 kc_and_or(u32 a, u32 b, u32 c) {
+    u32 d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+// Pair p (0..7) of the run: values kc_pi(p) and kc_pj(p) = kc_pi(p) + PD.
+KC_DEV constexpr int kc_pi(int p) { return p / PD * 2 * PD + p % PD; }
+KC_DEV constexpr int kc_pj(int p) { return kc_pi(p) + PD; }
+KC_DEV u32 kc_rword(const u32 (&r)[RW], int k) { return k < RW ? r[k] : 0u; }
+// The run's bits from bit b on, in the low bits of a word.
+KC_DEV u32 kc_bits_from(const u32 (&r)[RW], int b) {
+    const int w = b >> 5, sh = b & 31;
+    return sh == 0 ? r[w] : __funnelshift_r(r[w], kc_rword(r, w + 1), sh);
+}
+// Where kc_pair16 leaves pair (i, j): the bit e of each half at which the
+// values start, with BITS + e <= 10, so that the half reads as the fp16
+// 1024 + 2^e v, exact. Values whose bits start at the same offset within
+// their bytes (one prmt lines them up at that offset d) keep it where
+// BITS + d <= 10, which saves the shift; the 2-bit pairs, 16 bits apart,
+// keep their offset within the word likewise. Others start at 0.
+KC_DEV constexpr int kc_pair_kind(int i, int j) {   // 0: 16 bits apart, 1: one prmt, 2: a funnel shift each
+    return BITS * j - BITS * i == 16 && ((BITS * j + BITS - 1) >> 5) == ((BITS * i) >> 5) ? 0
+           : ((BITS * j) & 7) == ((BITS * i) & 7) &&
+                     ((BITS * j) >> 3) - 4 * ((BITS * i) >> 5) + (((BITS * i) & 7) + BITS + 7) / 8 - 1 <= 7
+               ? 1
+               : 2;
+}
+KC_DEV constexpr int kc_pair_bit(int i, int j) {
+    return kc_pair_kind(i, j) == 0   ? ((BITS * i) & 31) + BITS <= 10 ? (BITS * i) & 31 : 0
+           : kc_pair_kind(i, j) == 1 ? ((BITS * i) & 7) + BITS <= 10 ? (BITS * i) & 7 : 0
+                                     : 0;
+}
+// fp16 pair (1024 + 2^e v_i, 1024 + 2^e v_j), e = kc_pair_bit(i, j), exact;
+// i and j are constants once the loop over pairs is unrolled, and so is
+// every branch. One prmt (or none), a shift where e stays below the
+// values' offset, and the lop3; pairs whose offsets differ (some at 5 bits)
+// take a funnel shift per value first.
+KC_DEV u32 kc_pair16(const u32 (&r)[RW], int i, int j) {
+    const int pi = BITS * i, pj = BITS * j, d = pi & 7, e = kc_pair_bit(i, j);
+    const int w = pi >> 5;
+    const int lo = (pi >> 3) - 4 * w, hi = (pj >> 3) - 4 * w;   // bytes of the pair in r[w], r[w+1]
+    const int nb = (d + BITS + 7) >> 3;                        // bytes a value spans
+    u32 v;
+    if (kc_pair_kind(i, j) == 0) {
+        v = r[w] >> ((pi & 31) - e);                            // v_i at bit e, v_j at bit 16 + e
+    } else if (kc_pair_kind(i, j) == 1) {
+        const u32 sel = lo | (nb > 1 ? lo + 1 : lo) << 4 | hi << 8 | (nb > 1 ? hi + 1 : hi) << 12;
+        v = kc_prmt(r[w], kc_rword(r, w + 1), sel) >> (d - e);  // both at bit e of their halves
+    } else {
+        v = kc_prmt(kc_bits_from(r, pi), kc_bits_from(r, pj), 0x5410);
+    }
+    return kc_and_or(v, (((1u << BITS) - 1u) << e) * 0x10001u, 0x64006400u);
+}
+// The fp16 pair (2^-e, 2^-e) and (-2^(10-e), -2^(10-e)): one fma of them
+// takes kc_pair16's 1024 + 2^e v to v, exact.
+KC_DEV constexpr u32 kc_unit(int e) { return (u32)(15 - e) << 10 | (u32)(15 - e) << 26; }
+KC_DEV constexpr u32 kc_offset(int e) { return (0x8000u | (u32)(25 - e) << 10) * 0x10001u; }
+// The lane's runs of rows p and p + rows8 bytes on (its first byte: p is
+// 4-byte aligned, shift the bits before the run in the first word).
+KC_DEV kc_words kc_words_at(const unsigned char* p, int rows8, u32 shift) {
+    kc_words cw;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const u32* q = reinterpret_cast<const u32*>(p + h * rows8);
+        u32 l[LW];
+#pragma unroll
+        for (int k = 0; k < LW; ++k) l[k] = q[k];
+#pragma unroll
+        for (int k = 0; k < RW; ++k)
+            cw.r[h][k] = RBYTES % 4 == 0 ? l[k] : __funnelshift_r(l[k], l[LW > k + 1 ? k + 1 : k], shift);
+    }
+    return cw;
+}
+#endif
 // (hi, lo) as an fp16 pair, hi in the upper half.
 KC_DEV u32 kc_f16x2(float hi, float lo) {
     u32 d;
@@ -379,22 +505,34 @@ KC_DEV int kc_sigma_exponent(u32 m) {
     const int e = (int)(m >> 7) - 127;   // exponent of max|x|
     return max(-100, min(e - 14, 127));
 }
-// One item of x's conversion: token tok's chunks 2t + h (t = 0..3) of
-// group g, from its row xrow (bf16; nullptr for a token past the end, which
-// gets zeros), times inv_sigma into fp16 pairs of steps 2h and 2h + 1 of
-// the (tile, group) stage (layout below).
+// One item of x's conversion: token tok's words of group g that steps 2h
+// and 2h + 1 take (PD 4: chunks 2t + h, t = 0..3; PD 8: words 8t + 2h,
+// 8t + 2h + 1 and those four on), from its row xrow (bf16; nullptr for a
+// token past the end, which gets zeros), times inv_sigma into fp16 pairs of
+// those steps of the (tile, group) stage (layout below).
 KC_DEV void kc_xconvert(const unsigned char* xrow, float inv_sigma, unsigned char* __restrict__ ws, int tok, int g,
                         int h, int groups)
 {
-    // v[4t + j] = word 8t + 4h + j of the group: chunk 2t + h.
+    // v[4t + j] = word 8t + 4h + j of the group (PD 4: chunk 2t + h), or
+    // word 8t + 2h + (j & 1) + 4 (j >> 1) (PD 8): either way v[4t + s] and
+    // v[4t + s + 2] hold values PD apart.
     u32 v[16];
     if (xrow != nullptr) {
+#if PD == 4
         const kc_u4* src = reinterpret_cast<const kc_u4*>(xrow + g * (GROUP * 2));
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
             const kc_u4 c = src[2 * t + h];
             v[4 * t] = c.x; v[4 * t + 1] = c.y; v[4 * t + 2] = c.z; v[4 * t + 3] = c.w;
         }
+#else
+        const uint2* src = reinterpret_cast<const uint2*>(xrow + g * (GROUP * 2));
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const uint2 a = src[4 * t + h], b = src[4 * t + h + 2];
+            v[4 * t] = a.x; v[4 * t + 1] = a.y; v[4 * t + 2] = b.x; v[4 * t + 3] = b.y;
+        }
+#endif
     } else {
 #pragma unroll
         for (int i = 0; i < 16; ++i) v[i] = 0u;
@@ -402,12 +540,12 @@ KC_DEV void kc_xconvert(const unsigned char* xrow, float inv_sigma, unsigned cha
     const int tile = tok / BN, n = tok % BN;
     unsigned char* base = ws + ((long long)tile * groups + g) * STAGE_BYTES + (n >> 3) * 256 + (n & 7) * 16;
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {   // step 2h + s: b = 8h + 2s, word b/2 + 8t = 4h + s + 8t
+    for (int s = 0; s < 2; ++s) {   // step 2h + s: b = kc_pi(4h + 2s) (8h + 2s, or 4h + 2s), word b/2 + 8t
         u32 lo[4], hi[4];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
-            const u32 p = v[4 * t + s], q = v[4 * t + s + 2];   // x[b + 16t], x[b + 16t + 4] in their low halves
-            // (x[a], x[a+4]) for slots 2t, 2t+1; (x[a+1], x[a+5]) for 8+2t, 8+2t+1
+            const u32 p = v[4 * t + s], q = v[4 * t + s + 2];   // x[b + 16t], x[b + 16t + PD] in their low halves
+            // (x[a], x[a+PD]) for slots 2t, 2t+1; (x[a+1], x[a+1+PD]) for 8+2t, 8+2t+1
             lo[t] = kc_f16x2(__uint_as_float(q << 16) * inv_sigma, __uint_as_float(p << 16) * inv_sigma);
             hi[t] = kc_f16x2(__uint_as_float(q & 0xFFFF0000u) * inv_sigma, __uint_as_float(p & 0xFFFF0000u) * inv_sigma);
         }
@@ -425,13 +563,15 @@ KC_DEV void kc_xconvert(const unsigned char* xrow, float inv_sigma, unsigned cha
 // into the per (tile, group) stages:
 //   [step 0..3][nb][kb 0..1][r 0..7][8] fp16 of x / sigma,
 // where step s, slot k (0..15) holds x[grp*64 + a], a = 16*((k&7)>>1) +
-// 8*(s>>1) + 2*(s&1) + (k>>3) + 4*(k&1): the value the A pair of lane
+// kc_pi(2s + (k>>3)) + PD*(k&1) (with PD 4: 8*(s>>1) + 2*(s&1) + (k>>3) +
+// 4*(k&1); with PD 8: 2s + (k>>3) + 8*(k&1)): the value the A pair of lane
 // tig = (k&7)>>1 puts in that slot. Tokens past the end are 0. With
 // splits > 1 it also clears its tokens' split-K sums of outputs row_first
 // and up in the slices that take two shares, while the copy lands.
-// Work item (group g, half h, token r): half 0 reads the group's 16-byte
-// chunks 0, 2, 4, 6 and writes steps 0 and 1, half 1 chunks 1, 3, 5, 7 and
-// steps 2 and 3. r is the item's lowest bit, so a warp's two tokens fill
+// Work item (group g, half h, token r): half 0 writes steps 0 and 1 (with
+// PD 4 from the group's 16-byte chunks 0, 2, 4, 6), half 1 steps 2 and 3
+// (chunks 1, 3, 5, 7); with PD 8 each half reads half of every chunk. r is
+// the item's lowest bit, so a warp's two tokens fill
 // whole 32-byte sectors of each 16-byte store.
 extern "C" __global__ void __launch_bounds__(XPREP_THREADS)
 affine_wg_xprep(const u16* __restrict__ x, unsigned char* __restrict__ ws, int tokens, int in_features,
@@ -760,7 +900,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     if (splits != CLUSTER || full % CLUSTER != 0 || n <= 0 || rank != (u32)split) asm volatile("trap;");
 #endif
     if (n <= 0) return;
-    {   // the launch must give the rings their bytes (wgmma.go's sharedBytes mirrors SMEM_BYTES)
+    {   // the launch must give the block its bytes (wgmma.go's sharedBytes mirrors SMEM_BYTES)
         u32 dyn;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
         if (dyn < SMEM_BYTES) asm volatile("trap;");
@@ -835,17 +975,20 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                     if (h >= AST) kc_bar_wait(aempty0 + 8 * as, ((h / AST) + 1) & 1);
                     const u32 dst = abase + as * ASTAGE_BYTES;
                     const unsigned char* src = wsrc + (long long)g * GB;
-                    constexpr int PG = GB / 16;   // 16-byte pieces of a row's group
+                    // 16-byte pieces of a row's AG groups (ng: an even number of
+                    // groups, so whole pieces at 3 and 5 bits too)
+                    constexpr int PR = AG * GB / 16;
                     if (ng == AG) {
 #pragma unroll 8
-                        for (int c = pl; c < ROWS * PG * AG; c += 32 * AW) {
-                            const int r = c / (PG * AG), k = c % (PG * AG);
+                        for (int c = pl; c < ROWS * PR; c += 32 * AW) {
+                            const int r = c / PR, k = c % PR;
                             const long long row = min(r0 + r, out_features - 1);
                             kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
                         }
                     } else {
-                        for (int c = pl; c < ROWS * PG * ng; c += 32 * AW) {
-                            const int r = c / (PG * ng), k = c % (PG * ng);
+                        const int pn = ng * GB / 16;
+                        for (int c = pl; c < ROWS * pn; c += 32 * AW) {
+                            const int r = c / pn, k = c % pn;
                             const long long row = min(r0 + r, out_features - 1);
                             kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
                         }
@@ -892,6 +1035,13 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
         const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + rl0 * AROW_BYTES + (c % AG) * GB + tig * 16;
         return kc_words{*reinterpret_cast<const uint4*>(a), *reinterpret_cast<const uint4*>(a + 8 * AROW_BYTES)};
     };
+#elif KC_GENERAL
+    const int run_base = (tig * RBYTES) & ~3;           // the word holding the run's first byte
+    const u32 run_shift = 8 * ((tig * RBYTES) & 3);     // and the run's bits before it
+    auto words = [&](int c) {
+        return kc_words_at(abuf + ((c / AG) % AST) * ASTAGE_BYTES + rl0 * AROW_BYTES + (c % AG) * GB + run_base,
+                           8 * AROW_BYTES, run_shift);
+    };
 #else
     auto words = [&](int c) {
         const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + rl0 * AROW_BYTES + (c % AG) * GB + tig * 8;
@@ -932,6 +1082,20 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                 fa[8 * h + 4 + r] = kc_hfma2(kc_hfma2(kc_byte16<2>(a, b), one, m1024), sr[r], br[r]);
                 fa[8 * h + 6 + r] = kc_hfma2(kc_hfma2(kc_byte16<3>(a, b), one, m1024), sr[r], br[r]);
             }
+        }
+    };
+#elif KC_GENERAL
+    auto dequant = [&](u32 (&fa)[16], const kc_words& cw, const uint4 sc) {
+        const u32 s0 = kc_f16x2(kc_bf16(sc.x), kc_bf16(sc.x)), s1 = kc_f16x2(kc_bf16(sc.y), kc_bf16(sc.y));
+        const u32 b0 = kc_f16x2(kc_bf16(sc.z), kc_bf16(sc.z)), b1 = kc_f16x2(kc_bf16(sc.w), kc_bf16(sc.w));
+        const u32 sr[2] = {s0, s1}, br[2] = {b0, b1};
+#pragma unroll
+        for (int p = 0; p < 8; ++p) {   // pair p: k16 step p/2, the fragment's first (p even) or second k half
+            const int e = kc_pair_bit(kc_pi(p), kc_pj(p));   // a constant once unrolled
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                fa[4 * (p >> 1) + 2 * (p & 1) + r] =
+                    kc_hfma2(kc_hfma2(kc_pair16(cw.r[r], kc_pi(p), kc_pj(p)), kc_unit(e), kc_offset(e)), sr[r], br[r]);
         }
     };
 #else
