@@ -140,6 +140,9 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			// qmm/stream and qmm/wgmma, measured at 32, the largest of its bucket
 			affine(sdk.PhasePrefill, sdk.RoleGateUp, 24, 8192, 28672, 4, 64),
 			affine(sdk.PhasePrefill, sdk.RoleGateUp, 256, 4096, 14336, 4, 64),
+			// the 6-bit layer above at prefill: the tiled kernel against
+			// qmm/wgmma's general unpacking
+			affine(sdk.PhasePrefill, sdk.RoleGateUp, 256, 4096, 14336, 6, 64),
 			dense(sdk.RoleRouter, 1, 2880, 32),
 			dense(sdk.RoleOutputHead, 512, 4096, 128256),
 		}
