@@ -1574,7 +1574,7 @@ def sweep_configs(bits, group, t, in_f, out_f):
 
 
 # -----------------------------------------------------------------------------
-# The Hopper wgmma kernel (plugins/qmm/kernels/wg.cu, candidate qmm/wgmma), 4 or 8 bits, group 64.
+# The Hopper wgmma kernel (plugins/qmm/kernels/wg.cu, candidate qmm/wgmma), every width, group 64.
 # -----------------------------------------------------------------------------
 
 def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: int = 16, fsets: int = 0,

@@ -280,7 +280,7 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 	return c
 }
 
-// chooseWGTile is chooseWG's tiles and shares, the same at 4 and 8 bits.
+// chooseWGTile is chooseWG's tiles and shares, the same at every width.
 func chooseWGTile(req sdk.Request, sms int) wgConfig {
 	sms = max(sms, 1) // a profile without a multiprocessor count: plan for one
 	blocks := func(c wgConfig) int { return ceilDiv(req.OutFeatures, 64*c.WGS) * ceilDiv(req.Tokens, c.BN) }
