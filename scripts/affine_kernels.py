@@ -1668,10 +1668,15 @@ def wg_stage_bytes(cfg: dict) -> int:
 
 
 def wg_with_bits(cfg: dict, bits: int) -> dict:
-    """cfg for `bits`-bit weights: BITS 8 with two weight-copying warps
-    (AW 2, unless --wg-over names AW; plugins/qmm/wgmma.go's variant), no
-    BITS macro at 4 (the kernel's default), else BITS alone."""
+    """cfg (a variant as at 4 bits) for `bits`-bit weights: BITS 8 with two
+    weight-copying warps (AW 2, unless --wg-over names AW), no BITS macro at
+    4 (the kernel's default), else BITS and one more weight stage in the
+    ring (AST + 1: their stages hold 128-192 bytes of each row, not 256),
+    as plugins/qmm/wgmma.go's chooseWG and variant."""
+    general = lambda b: b not in (4, 8)
+    ast = cfg["AST"] - general(cfg.get("BITS", 4))   # a variant already for other bits: its AST as at 4 bits
     cfg = {k: v for k, v in cfg.items() if k != "BITS" and not (k == "AW" and "AW" not in WG_OVER)}
+    cfg["AST"] = ast + general(bits)
     if bits != 4:
         cfg["BITS"] = bits
     if bits == 8:

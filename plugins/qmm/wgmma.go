@@ -273,6 +273,14 @@ var (
 func chooseWG(req sdk.Request, sms int) wgConfig {
 	c := chooseWGTile(req, sms)
 	c.Bits = req.Weight.Bits
+	if c.Bits != 4 && c.Bits != 8 {
+		// The other widths' weight stages hold 128-192 bytes of each row,
+		// not 256: one more stage in the ring keeps about as many bytes in
+		// flight (4 against 3 at 5 and 6 bits, 256-token tiles: faster in
+		// 14 of 16 same-call pairs, by up to 13 %; bench/NOTES.md,
+		// thirty-second session).
+		c.AST++
+	}
 	c.XPrepThreads = wgXPrepThreads
 	if req.Tokens <= wgWidePrepTokens && req.InFeatures >= wgWidePrepMinIn && req.InFeatures <= wgWidePrepMaxIn {
 		c.XPrepThreads = wgXPrepWideThreads
