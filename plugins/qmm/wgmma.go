@@ -276,9 +276,11 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 	if c.Bits != 4 && c.Bits != 8 {
 		// The other widths' weight stages hold 128-192 bytes of each row,
 		// not 256: one more stage in the ring keeps about as many bytes in
-		// flight (4 against 3 at 5 and 6 bits, 256-token tiles: faster in
-		// 14 of 16 same-call pairs, by up to 13 %; bench/NOTES.md,
-		// thirty-second session).
+		// flight (4 against 3 with 256-token tiles at 8192→28672 and
+		// 28672→8192: faster in 14 of 16 same-call pairs at 5 and 6 bits,
+		// by up to 13 %, and in 8 of 8 at 2 and 3 bits; within ±3.5 % at
+		// the 33 MB shapes' 4096 tokens; bench/NOTES.md, thirty-second
+		// session).
 		c.AST++
 	}
 	c.XPrepThreads = wgXPrepThreads
@@ -349,7 +351,7 @@ func (c wgConfig) variant() gpukernel.Variant {
 		defines["CLUSTER"] = c.Splits
 	}
 	switch c.Bits {
-	case 4:
+	case 0, 4: // the kernel's default width
 	case 8:
 		// Two weight-copying warps, not three: at 8 bits they fed the
 		// consumers faster in 5 of 6 timed cells, by up to 1.6×
