@@ -1421,7 +1421,7 @@ def run_bench(quick: bool, sweep: bool):
             if bulk_config(bits, group, t, in_f, out_f):
                 variants.append((BULK_CU, bulk_config(bits, group, t, in_f, out_f)))
             if wg_serves(t, in_f, bits, group):
-                variants.append((WG_CU, wg_choose(t, out_f, in_f=in_f, bits=bits)))
+                variants.append((WG_CU, wg_choose(t, out_f, in_f=in_f, bits=bits, group=group)))
             if sweep:
                 variants += [(p, c) for _, p, c in sweep_configs(bits, group, t, in_f, out_f)]
     if KERNELS:
@@ -1451,7 +1451,7 @@ def run_bench(quick: bool, sweep: bool):
             if bulk_config(bits, group, t, in_f, out_f):
                 rows.append(("bulk", bulk_config(bits, group, t, in_f, out_f), True))
             if wg_serves(t, in_f, bits, group):
-                rows.append(("wg", wg_choose(t, out_f, in_f=in_f, bits=bits), True))
+                rows.append(("wg", wg_choose(t, out_f, in_f=in_f, bits=bits, group=group), True))
             if wave_serves(t, in_f, out_f, bits, group):
                 import wave_kernel
                 rows.append(("wave", wave_kernel.wave_config(out_f, SMS, in_f, t), True))
@@ -1600,9 +1600,10 @@ def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: 
     return cfg
 
 
-def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30, bits: int = 4) -> dict:
-    """wg_rule's variant for `bits`-bit weights (the BITS macro at 8)."""
-    return wg_with_bits(wg_rule(tokens, out_f, sms, in_f), bits)
+def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30, bits: int = 4,
+              group: int = 64) -> dict:
+    """wg_rule's variant for `bits`-bit weights in groups of `group` (wg_with_bits)."""
+    return wg_with_bits(wg_rule(tokens, out_f, sms, in_f), bits, group)
 
 
 def wg_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
@@ -1667,20 +1668,33 @@ def wg_stage_bytes(cfg: dict) -> int:
     return 4 * cfg["BN"] * 32
 
 
-def wg_with_bits(cfg: dict, bits: int) -> dict:
-    """cfg (a variant as at 4 bits) for `bits`-bit weights: BITS 8 with two
-    weight-copying warps (AW 2, unless --wg-over names AW), no BITS macro at
-    4 (the kernel's default), else BITS and one more weight stage in the
-    ring (AST + 1: their stages hold 128-192 bytes of each row, not 256),
-    as plugins/qmm/wgmma.go's chooseWG and variant."""
-    general = lambda b: b not in (4, 8)
-    ast = cfg["AST"] - general(cfg.get("BITS", 4))   # a variant already for other bits: its AST as at 4 bits
-    cfg = {k: v for k, v in cfg.items() if k != "BITS" and not (k == "AW" and "AW" not in WG_OVER)}
-    cfg["AST"] = ast + general(bits)
+WG_MAX_SMEM = 232448 - 2048   # wgMaxSharedBytes in plugins/qmm/wgmma.go
+
+
+def wg_with_bits(cfg: dict, bits: int, group: int = 64) -> dict:
+    """cfg (a variant as at 4 bits in groups of 64) for `bits`-bit weights in
+    groups of `group`, as plugins/qmm/wgmma.go's chooseWG and variant: BITS
+    8 with two weight-copying warps (AW 2, unless --wg-over names AW), no
+    BITS macro at 4 (the kernel's default), else BITS and one more weight
+    stage in the ring (AST + 1: their stages hold 128-192 bytes of each
+    row, not 256); QGROUP where the group is not 64, and then one weight
+    stage fewer while the block's shared memory would pass WG_MAX_SMEM
+    (never fewer than 2). The AST a variant had before its first call here
+    is kept (_ast), so that a variant already for other weights converts
+    alike."""
+    ast = cfg.get("_ast", cfg["AST"])
+    cfg = {k: v for k, v in cfg.items()
+           if k not in ("BITS", "QGROUP") and not (k == "AW" and "AW" not in WG_OVER)}
+    cfg["_ast"] = ast
+    cfg["AST"] = ast + (bits not in (4, 8))
     if bits != 4:
         cfg["BITS"] = bits
     if bits == 8:
         cfg.setdefault("AW", 2)
+    if group != 64:
+        cfg["QGROUP"] = group
+        while cfg["AST"] > 2 and wg_smem(cfg) > WG_MAX_SMEM:
+            cfg["AST"] -= 1
     return cfg
 
 
@@ -1717,11 +1731,13 @@ def wg_group_stage(cfg: dict) -> tuple[int, int]:
 
 
 def wg_smem(cfg: dict) -> int:
-    """wg.cu's SMEM_BYTES (sharedBytes in plugins/qmm/wgmma.go): the rings, or
-    the epilogue's fp32 tile or a cluster's shares where larger."""
+    """wg.cu's SMEM_BYTES (sharedBytes in plugins/qmm/wgmma.go): the rings (a
+    stage row's scales and biases SG = AG * 64 / QGROUP each), or the
+    epilogue's fp32 tile or a cluster's shares where larger."""
     ag, arow = wg_group_stage(cfg)
+    sg = ag * 64 // cfg.get("QGROUP", 64)
     rows = 64 * cfg["WGS"]
-    n = max(cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * rows * (arow + 4 * ag), cfg["BN"] * (rows + 4) * 4)
+    n = max(cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * rows * (arow + 4 * sg), cfg["BN"] * (rows + 4) * 4)
     if cfg.get("CLUSTER"):
         n = max(n, (cfg["CLUSTER"] + 1) * cfg["BN"] * (rows // cfg["CLUSTER"] + 4) * 4)
     return n
@@ -1729,10 +1745,10 @@ def wg_smem(cfg: dict) -> int:
 
 def wg_serves(tokens: int, in_f: int, bits: int = 4, group: int = 64) -> bool:
     """What qmm/wgmma admits (plugins/qmm/wgmma.go): any width in groups
-    of 64, in % 128 == 0, in <= 57344, 17 or more tokens, compute
-    capability 9.0."""
+    of 32, 64 or 128, in % 128 == 0 (% 256 in groups of 128), in <= 57344,
+    17 or more tokens, compute capability 9.0."""
     import torch
-    return (group == 64 and in_f % 128 == 0 and in_f <= 57344 and tokens > 16
+    return (group in (32, 64, 128) and in_f % (256 if group == 128 else 128) == 0 and in_f <= 57344 and tokens > 16
             and torch.cuda.get_device_capability(0) == (9, 0))
 
 
@@ -1849,7 +1865,7 @@ def wg_launch_fns(cfg, wt, x, y, tokens, w=None, scales=None, biases=None):
 
 
 WG_TOKENS = (256, 4096)
-# run_wg's correctness cases: (in, out, tokens, bias, xe, bits), described there.
+# run_wg's correctness cases: (in, out, tokens, bias, xe, bits[, group]), described there.
 WG_CHECK_CASES = [
     (1024, 1032, 37, True, 0, 4), (4096, 4096, 128, False, 0, 4), (2048, 512, 300, True, 0, 4),
     (4096, 14336, 256, False, 0, 4), (14336, 4096, 33, False, 0, 4), (1152, 1032, 65, True, 0, 4),
@@ -1862,8 +1878,21 @@ WG_CHECK_CASES = [
     (2048, 520, 300, True, 0, 5), (640, 136, 129, False, 0, 5), (14336, 2048, 33, False, 0, 5),
     (4096, 4096, 128, False, 0, 3), (1152, 1032, 65, True, 0, 3), (2048, 1032, 70, False, -20, 3),
     (1024, 1032, 37, True, 0, 2), (640, 136, 129, False, 0, 2), (8192, 1544, 120, True, 0, 2),
+    (4096, 4096, 128, False, 0, 4, 32), (1152, 1032, 65, True, 0, 4, 32), (640, 136, 129, False, 0, 6, 32),
+    (2048, 520, 300, True, 0, 8, 32), (4096, 1032, 70, True, 17, 3, 32), (14336, 2048, 33, False, 0, 2, 32),
+    (2048, 1032, 200, False, 0, 5, 32),
+    (4096, 4096, 128, False, 0, 4, 128), (1280, 1032, 65, True, 0, 4, 128), (768, 136, 129, False, 0, 6, 128),
+    (2048, 520, 300, True, 0, 8, 128), (4096, 1032, 70, True, -20, 5, 128), (8192, 1544, 120, True, 0, 3, 128),
+    (1536, 2048, 37, False, 0, 2, 128),
 ]
-WG_CHECK_BITS = sorted({c[5] for c in WG_CHECK_CASES})
+
+
+def wg_case_quant(case) -> tuple[int, int]:
+    """(bits, group) of a WG_CHECK_CASES entry (group 64 where it names none)."""
+    return case[5], case[6] if len(case) > 6 else 64
+
+
+WG_CHECK_QUANTS = sorted({wg_case_quant(c) for c in WG_CHECK_CASES})
 def default_wg_configs():
     """--wg's variants unless --wg-configs names others (built after --wg-over is read)."""
     return [wg_config(256, 3, 2, 3, 16, 2), wg_config(128, 6, 2, 3, 16, 3), wg_config(64, 6, 2, 3, 16, 3)]
@@ -2017,7 +2046,7 @@ def run_wg(quick: bool, bench: bool = True):
     cfgs, failed = [], set()
     for c in WG_CONFIGS:     # a variant that does not compile is reported and skipped
         try:
-            compile_all([(WG_CU, wg_with_bits(c, b)) for b in WG_CHECK_BITS])   # every width's cases run each variant
+            compile_all([(WG_CU, wg_with_bits(c, b, g)) for b, g in WG_CHECK_QUANTS])   # every width's cases run each variant
             cfgs.append(c)
         except RuntimeError as e:
             ok_all = False
@@ -2045,9 +2074,14 @@ def run_wg(quick: bool, bench: bool = True):
     # range for 256-thread xprep blocks. The other widths (general
     # unpacking, stages of 8 groups at 2 and 3 bits, 4 at 5 and 6) take the
     # same kinds of case: partial last stages (640 and 1152 inputs), scales
-    # copied in pairs (1152), large and small x.
-    for ci, (in_f, out_f, t, bias, xe, bits) in enumerate(WG_CHECK_CASES):
-        wt = Weights(bits, 64, in_f, out_f, bias, seed=500 + ci)
+    # copied in pairs (1152), large and small x. Groups of 32 and 128 (two
+    # scales a stage's 64 inputs, or one for two) take them too: partial
+    # last stages (1152, 640 and 1280 inputs), scales copied in pairs (1152,
+    # 1280), every width.
+    for ci, case in enumerate(WG_CHECK_CASES):
+        in_f, out_f, t, bias, xe = case[:5]
+        bits, group = wg_case_quant(case)
+        wt = Weights(bits, group, in_f, out_f, bias, seed=500 + ci)
         gen = torch.Generator(device="cuda").manual_seed(ci)
         x = torch.rand((t, in_f), generator=gen, device="cuda") * 2 - 1
         if xe:
@@ -2055,7 +2089,7 @@ def run_wg(quick: bool, bench: bool = True):
         x = x.to(torch.bfloat16)
         ref = wt.reference(x)
         for cfg in cfgs:
-            cfg = wg_with_bits(cfg, bits)
+            cfg = wg_with_bits(cfg, bits, group)
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")
             try:
                 run, ws = wg_launch_fns(cfg, wt, x, y, t)
@@ -2093,19 +2127,19 @@ def run_wg(quick: bool, bench: bool = True):
             ok_all &= ok
             if not ok:
                 failed.add((variant_key(WG_CU, cfg), cfg["_splits"], cfg["_full"], cfg.get("_sk", 0)))
-            print(f"{'PASS' if ok else 'FAIL'} wg q{bits} {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
+            print(f"{'PASS' if ok else 'FAIL'} wg q{bits} g{group:<3d} {in_f:5d}->{out_f:<5d} t={t:<4d} bias={int(bias)} "
                   f"BN={cfg['BN']} STAGES={cfg['STAGES']} WGS={cfg['WGS']} S={cfg['_splits']} full={cfg['_full']} SK={cfg.get('_sk', 0)} C={cfg.get('CLUSTER', 0)}"
                   f"{f' x*2^{xe}' if xe else ''}  {detail}", flush=True)
         del wt
-    bits = BENCH_QUANT[0]
-    cfgs = [wg_with_bits(c, bits) for c in cfgs]
+    bits, group = BENCH_QUANT
+    cfgs = [wg_with_bits(c, bits, group) for c in cfgs]
     if not WG_TIME_ALL:
         cfgs = [c for c in cfgs if (variant_key(WG_CU, c), c["_splits"], c["_full"], c.get("_sk", 0)) not in failed]   # time the correct ones only
     if not bench:
         return ok_all
     print(f"\n{'shape':>13s} {'tok':>5s} {'torch us':>9s} | {'kernel':18s} {'us':>9s} {'speedup':>7s}")
     for in_f, out_f in (BENCH_SHAPES if not quick else BENCH_SHAPES[:2]):
-        wt = Weights(bits, 64, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
+        wt = Weights(bits, group, in_f, out_f, False, seed=in_f * 7 + out_f, keep_dense=False)
         qcopies = rotated_copies(wt)
         nd = _copies(in_f * out_f * 2)
         dense = [torch.randn((out_f, in_f), device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(nd)]
@@ -2236,10 +2270,10 @@ def main():
             WG_CONFIGS = default_wg_configs()   # after --wg-over, which they take
         if args.tokens:
             WG_TOKENS = BENCH_TOKENS
-        if args.quant:   # check and time that width only
-            global WG_CHECK_CASES, WG_CHECK_BITS
-            WG_CHECK_CASES = [c for c in WG_CHECK_CASES if c[5] == BENCH_QUANT[0]]
-            WG_CHECK_BITS = [BENCH_QUANT[0]]
+        if args.quant:   # check and time that width and group only
+            global WG_CHECK_CASES, WG_CHECK_QUANTS
+            WG_CHECK_CASES = [c for c in WG_CHECK_CASES if wg_case_quant(c) == BENCH_QUANT]
+            WG_CHECK_QUANTS = [BENCH_QUANT]
         ok = run_wg(args.quick)
         print(f"# total {time.time() - t0:.1f}s; wg {'OK' if ok else 'FAILED'}")
         sys.exit(0 if ok else 1)

@@ -11,7 +11,8 @@
 // (kernels/wave.cu on compute capability 9.0, 9 to 32 tokens of 4-bit
 // group-64 weights in one or two token tiles, with at least 64 output rows
 // per multiprocessor) and qmm/wgmma (kernels/wg.cu on compute capability
-// 9.0, group-64 weights of any width at 17 or more tokens).
+// 9.0, weights of any width in groups of 32, 64 or 128 at 17 or more
+// tokens).
 package main
 
 import (

@@ -59,6 +59,10 @@ const (
 	// at least this many thirds full runs whole, neither shared by
 	// stream-K nor split (chooseWG).
 	wgWholeTailThirds = 2
+	// wgMaxSharedBytes is the dynamic shared memory a main-kernel block may
+	// take: the 227 KiB a block may opt into, less 2 KiB kept for the
+	// kernel's static arrays (the #error beside SMEM_BYTES in wg.cu).
+	wgMaxSharedBytes = 232448 - 2048
 	// wgMaxWorkspace bounds the workspace: the permuted copy of x the kernel
 	// stages from, the token scales and, with a split K, the fp32 sums or,
 	// with stream-K, the tile counters, the ticket and the partial sums.
@@ -68,8 +72,8 @@ const (
 // qmmWGMMA is QMM's Hopper candidate: kernels/wg.cu, warp-specialised
 // wgmma with the weights dequantised to fp16 in registers (one rounding per
 // weight, 2^-11 relative) and x scaled per token by a power of two into
-// fp16. It serves 2-, 3-, 4-, 5-, 6- and 8-bit weights in groups of 64 at
-// 17 or more tokens on compute capability 9.0; the host's tuner times it against the
+// fp16. It serves 2-, 3-, 4-, 5-, 6- and 8-bit weights in groups of 32,
+// 64 and 128 at 17 or more tokens on compute capability 9.0; the host's tuner times it against the
 // tiled kernel (and, up to 32 tokens, qmm/stream and qmm/wave) and keeps
 // the fastest.
 type qmmWGMMA struct{}
@@ -92,7 +96,7 @@ func (qmmWGMMA) Admit(req sdk.Request, hw device.Profile) sdk.Admission {
 	if why := wgAdmit(req, hw); why != "" {
 		return sdk.Admission{Reason: why}
 	}
-	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("int%d g64 at %d tokens (≥ %d) on sm_90, %s", req.Weight.Bits, req.Tokens, wgMinTokens, chooseWG(req, hw.Multiprocessors).describe())}
+	return sdk.Admission{Admitted: true, Reason: fmt.Sprintf("int%d g%d at %d tokens (≥ %d) on sm_90, %s", req.Weight.Bits, req.Weight.GroupSize, req.Tokens, wgMinTokens, chooseWG(req, hw.Multiprocessors).describe())}
 }
 
 // wgAdmit says why kernels/wg.cu does not serve req on hw ("" when it does).
@@ -103,11 +107,14 @@ func wgAdmit(req sdk.Request, hw device.Profile) string {
 	if hw.ComputeCapability != "9.0" {
 		return fmt.Sprintf("needs compute capability 9.0 (wgmma and setmaxnreg are sm_90a instructions), the GPU has %s", hw.ComputeCapability)
 	}
-	if req.Weight.GroupSize != 64 {
-		return fmt.Sprintf("unpacks weights in groups of 64, not group_size=%d", req.Weight.GroupSize)
+	if g := req.Weight.GroupSize; g != 32 && g != 64 && g != 128 {
+		return fmt.Sprintf("unpacks weights in groups of 32, 64 or 128, not group_size=%d", g)
 	}
 	if req.InFeatures%128 != 0 {
 		return fmt.Sprintf("in_features=%d is not a multiple of 128 (scales are staged two groups at a time)", req.InFeatures)
+	}
+	if req.Weight.GroupSize == 128 && req.InFeatures%256 != 0 {
+		return fmt.Sprintf("in_features=%d is not a multiple of 256: groups of 128 are staged two at a time", req.InFeatures)
 	}
 	if req.InFeatures > wgMaxInFeatures {
 		return fmt.Sprintf("in_features=%d is over %d (two rows of x are staged in shared memory)", req.InFeatures, wgMaxInFeatures)
@@ -180,6 +187,10 @@ type wgConfig struct {
 	// warps instead of three (AW); 2, 3, 5 and 6 bits take the kernel's
 	// general unpacking (wgStageRow gives their stages).
 	Bits int
+	// Group is the weights' quantisation group, 32, 64 or 128 inputs (the
+	// QGROUP macro; 0 is the kernel's default, 64): a weight stage holds
+	// its row's scales and biases of the stage's inputs.
+	Group int
 	// XPrepThreads is affine_wg_xprep's block, wgXPrepThreads or
 	// wgXPrepWideThreads (the XPREP_THREADS macro; chooseWG sets it).
 	XPrepThreads int
@@ -283,6 +294,14 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 		// session).
 		c.AST++
 	}
+	// Groups of 32 take twice the scales of 64: where the ring would then
+	// outgrow a block's shared memory (4 and 8 bits, and 3 bits, with
+	// 128- and 256-token tiles of two consumer warpgroups), it keeps one
+	// weight stage fewer (never fewer than the kernel's 2).
+	c.Group = req.Weight.GroupSize
+	for c.AST > 2 && c.sharedBytes() > wgMaxSharedBytes {
+		c.AST--
+	}
 	c.XPrepThreads = wgXPrepThreads
 	if req.Tokens <= wgWidePrepTokens && req.InFeatures >= wgWidePrepMinIn && req.InFeatures <= wgWidePrepMaxIn {
 		c.XPrepThreads = wgXPrepWideThreads
@@ -350,6 +369,9 @@ func (c wgConfig) variant() gpukernel.Variant {
 	if c.Cluster {
 		defines["CLUSTER"] = c.Splits
 	}
+	if c.Group != 0 && c.Group != 64 {
+		defines["QGROUP"] = c.Group
+	}
 	switch c.Bits {
 	case 0, 4: // the kernel's default width
 	case 8:
@@ -383,14 +405,22 @@ func (c wgConfig) xprepThreads() int {
 func (c wgConfig) stageBytes() int { return 4 * c.BN * 32 }
 
 // sharedBytes is the main kernel's dynamic shared memory (SMEM_BYTES in
-// wg.cu): the x ring and the weight ring (wgStageRow's rows, then a scale
-// and a bias per group), or, where larger, what the epilogue lays over
+// wg.cu): the x ring and the weight ring (wgStageRow's rows, then the
+// rows' scales and biases of the stage's inputs, one each per quantisation
+// group), or, where larger, what the epilogue lays over
 // them: the fp32 output tile and, in a cluster, the shares that arrive and
 // the outgoing one (larger only at 2 and 3 bits, whose stages are small).
 func (c wgConfig) sharedBytes() int {
 	groups, row := wgStageRow(c.Bits)
+	scales := groups // SG in wg.cu: one per group of 64 inputs, two per 32, one per 128
+	switch c.Group {
+	case 32:
+		scales = 2 * groups
+	case 128:
+		scales = groups / 2
+	}
 	rows := 64 * c.WGS
-	n := max(c.Stages*c.stageBytes()+c.AST*rows*(row+4*groups), c.BN*(rows+4)*4)
+	n := max(c.Stages*c.stageBytes()+c.AST*rows*(row+4*scales), c.BN*(rows+4)*4)
 	if c.Cluster {
 		n = max(n, (c.Splits+1)*c.BN*(rows/c.Splits+4)*4)
 	}

@@ -91,6 +91,50 @@ func TestWGMMAServesTheOtherWidths(t *testing.T) {
 	assert.Less(t, 3*32768+4*128*(144+32), wideSplit.sharedBytes())
 }
 
+// Groups of 32 and 128 run the same tiles with the QGROUP macro: a
+// stage row's scales and biases are two per 64 inputs, or one per 128.
+// With groups of 32 the ring keeps one weight stage fewer where it would
+// outgrow a block's shared memory (4, 8 and 3 bits with 128- and
+// 256-token tiles of two consumer warpgroups), never fewer than two.
+func TestWGMMAServesGroupsOf32And128(t *testing.T) {
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, group := range []int{32, 128} {
+			for _, shape := range [][3]int{{256, 4096, 14336}, {64, 4096, 4096}, {4096, 14336, 4096}, {128, 28672, 8192},
+				{256, 8192, 28032}, {200, 8192, 28672}, {300, 1280, 2048}} {
+				req := plugintest.AffineRequest(shape[0], shape[1], shape[2], bits, group, shape[0]%2 == 0)
+				adm := qmmWGMMA{}.Admit(req, hopper())
+				require.True(t, adm.Admitted, adm.Reason)
+				assert.Contains(t, adm.Reason, fmt.Sprintf("int%d g%d", bits, group))
+				c := chooseWG(req, 132)
+				g64 := chooseWG(plugintest.AffineRequest(shape[0], shape[1], shape[2], bits, 64, false), 132)
+				assert.Equal(t, group, c.variant().Defines["QGROUP"], req.Key())
+				assert.NotContains(t, g64.variant().Defines, "QGROUP", "groups of 64 keep their cache keys")
+				assert.LessOrEqual(t, c.sharedBytes(), wgMaxSharedBytes, req.Key())
+				assert.LessOrEqual(t, c.sharedBytes()+8*2*(c.Stages+c.AST)+4*c.BN+2*64*c.WGS, 232448, "fits the opt-in shared memory")
+				assert.GreaterOrEqual(t, c.AST, 2, req.Key())
+				g64.Group = group
+				if c.AST != g64.AST {
+					assert.Equal(t, 32, group, "only groups of 32 give up a weight stage: %s", req.Key())
+					assert.Equal(t, g64.AST-1, c.AST, req.Key())
+					more := c
+					more.AST++
+					assert.Greater(t, more.sharedBytes(), wgMaxSharedBytes, "one more stage would not fit: %s", req.Key())
+					g64.AST = c.AST
+				}
+				assert.Equal(t, g64, c, "the same tiles and shares as in groups of 64: %s", req.Key())
+			}
+		}
+	}
+	// 4 bits in groups of 32, 256-token tiles: rows of 288 bytes and 16
+	// scales and 16 biases, 3*32768 + 2*128*(288+64) (3 stages would take
+	// 3*128*352 = 135168 bytes of weights).
+	q4g32 := chooseWG(plugintest.AffineRequest(256, 4096, 14336, 4, 32, false), 132)
+	assert.Equal(t, 2, q4g32.AST)
+	assert.Equal(t, 3*32768+2*128*(288+64), q4g32.sharedBytes())
+	q4g128 := chooseWG(plugintest.AffineRequest(256, 4096, 14336, 4, 128, false), 132)
+	assert.Equal(t, 3*32768+3*128*(288+16), q4g128.sharedBytes(), "4 scales and 4 biases a row")
+}
+
 // The measured rule: the token tile (256, 128 or 64 tokens) in pairs,
 // 64-row tiles in 2 K shares summed within a cluster, where 4 shares of
 // its blocks would fit one wave; else the tile's K in 2 shares, a cluster
@@ -163,8 +207,7 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 	ampere := hopper()
 	ampere.ComputeCapability = "8.0"
 	cpu := device.Profile{Kind: device.CPU}
-	g32 := plugintest.AffineRequest(256, 4096, 4096, 4, 32, false)
-	g128 := plugintest.AffineRequest(256, 4096, 4096, 6, 128, false)
+	g128 := plugintest.AffineRequest(256, 1152, 4096, 6, 128, false)
 	cases := []struct {
 		name string
 		req  sdk.Request
@@ -173,8 +216,7 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 	}{
 		{"cpu", int4Request(256, 4096, 4096), cpu, "needs a CUDA device"},
 		{"ampere", int4Request(256, 4096, 4096), ampere, "compute capability 9.0"},
-		{"group 32", g32, hopper(), "group_size=32"},
-		{"group 128", g128, hopper(), "group_size=128"},
+		{"odd groups of 128", g128, hopper(), "in_features=1152 is not a multiple of 256"},
 		{"odd groups", int4Request(256, 2880, 4096), hopper(), "in_features=2880 is not a multiple of 128"},
 		{"few tokens", int4Request(16, 4096, 4096), hopper(), "17 or more tokens, not 16"},
 		{"rows of x too long", int4Request(256, 57344+128, 4096), hopper(), "in_features=57472 is over 57344"},
@@ -457,12 +499,12 @@ func TestStreamKPlansAreOnesTheKernelRuns(t *testing.T) {
 // the plugin does (the shares, whole tiles and stream-K blocks, the main
 // grid, the reduce launch's grid, the shared memory and the workspace's
 // bytes), over SM counts,
-// token counts, input and output sizes and every width. Skipped where
+// token counts, input and output sizes, every width and group size. Skipped where
 // python3 is not installed.
 func TestWGRuleMatchesTheHarness(t *testing.T) {
 	seen := map[string]bool{}
 	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{17, 33, 64, 65, 100, 128, 129, 136, 150, 200, 256, 257, 300, 1000, 4096},
-		[]int{2, 3, 4, 5, 6, 8}, []int{64}, []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344},
+		[]int{2, 3, 4, 5, 6, 8}, []int{32, 64, 128}, []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344},
 		[]int{8, 136, 1032, 4096, 14336, 17416, 18944, 22016, 28032, 28160, 28672, 128256}, func(c harnessrule.Case) bool {
 			hw := hopper()
 			hw.Multiprocessors = c.SMs
@@ -496,7 +538,7 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 		if l := c.launches(req); l.reduce != nil {
 			reduce = l.reduce.Grid[0]
 		}
-		return map[string]any{"AST": c.AST, "AW": aw, "BITS": c.Bits, "BN": c.BN, "FSETS": c.FSets,
+		return map[string]any{"AST": c.AST, "AW": aw, "BITS": c.Bits, "QGROUP": c.Group, "BN": c.BN, "FSETS": c.FSets,
 			"STAGES": c.Stages, "WGS": c.WGS, "XPREP_THREADS": c.xprepThreads(), "band": c.Band, "cluster": cluster,
 			"full": c.Full, "grid": c.mainBlocks(req), "reduce": reduce, "sk": c.StreamK, "splits": c.Splits,
 			"workspace": c.workspaceBytes(req), "smem": c.sharedBytes()}

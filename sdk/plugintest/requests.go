@@ -64,33 +64,36 @@ func GPURequests() []sdk.Request {
 		a(12, 4096, 4096, 8, 32, false),
 		a(24, 2048, 8192, 4, 128, true),
 		a(29, 5120, 1032, 4, 64, false),
-		// the Hopper wgmma kernel: 4 (and below, 8, 2, 3 and 5) bits g64, 17+ tokens, partial tiles,
+		// the Hopper wgmma kernel: 4 (and below, 8, 2, 3, 5 and 6) bits, 17+ tokens, partial tiles,
 		// groups not a multiple of 8 (1152, 640), out not a multiple of 128,
 		// each of its 64-, 128- and 256-token tiles
 		a(65, 1152, 1032, 4, 64, true),
 		a(129, 640, 136, 4, 64, false),
 		a(300, 2048, 520, 4, 64, true),
 		a(264, 640, 12296, 4, 64, true),
-		a(200, 4096, 1032, 4, 64, true),  // 64-row tiles, K in two shares summed within a cluster
-		a(400, 4096, 1032, 4, 64, false), // the same over two token tiles, the second partial
-		a(96, 4096, 2056, 4, 64, true),   // 128-token tiles in pairs, a partial row block
-		a(72, 2048, 4104, 4, 64, false),  // 128-token tiles, K in two shares a cluster, a partial row block
-		a(48, 4096, 4104, 8, 64, false),  // qmm/wgmma at 8 bits: 64-token tiles in pairs, a partial row block
-		a(160, 2048, 1032, 8, 64, true),  // 8 bits: 256-token tiles, K in two shares a cluster
-		a(300, 1152, 2048, 8, 64, false), // 8 bits: 18 groups (scales copied in pairs), two token tiles
-		a(256, 4096, 1032, 8, 64, false), // 8 bits: 256-token tiles in pairs
-		a(160, 2048, 1032, 2, 64, true),  // 2 bits (general unpacking): 256-token tiles, K in two shares a cluster, whose shares outgrow the rings
-		a(300, 1152, 2048, 3, 64, false), // 3 bits: 18 groups (a last weight stage of 2), two token tiles
-		a(150, 4096, 25464, 5, 64, true), // 5 bits: a whole wave, then the rest shared by stream-K blocks
-		a(120, 8192, 1544, 4, 64, true),  // xprep in 256-thread blocks at the top of their range (8192 inputs), a partial row block
-		a(16, 4096, 4104, 4, 64, true),   // qmm/stream at 16 tokens, a partial row block
-		a(136, 4096, 17416, 4, 64, true), // 137 row blocks: a whole wave of 132, then 5 split in 4
-		a(150, 4096, 25464, 4, 64, true), // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles
-		a(17, 4096, 14344, 4, 64, true),  // qmm/wgmma below 33 tokens (17 of a 64-token tile) and qmm/wave's two token tiles, a partial row block
-		a(32, 2048, 1032, 8, 64, false),  // the same at 8 bits, a whole half tile
-		a(1, 1024, 8192, 4, 64, true),    // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts
-		a(1, 2304, 4240, 8, 32, true),    // gemv/bulk: 24 groups per stage, 16-row tiles, several per block
-		a(4, 4096, 4096, 4, 64, true),    // gemv/bulk above one token: 4 bits in groups of 64 (fp16 operands)
+		a(200, 4096, 1032, 4, 64, true),   // 64-row tiles, K in two shares summed within a cluster
+		a(400, 4096, 1032, 4, 64, false),  // the same over two token tiles, the second partial
+		a(96, 4096, 2056, 4, 64, true),    // 128-token tiles in pairs, a partial row block
+		a(72, 2048, 4104, 4, 64, false),   // 128-token tiles, K in two shares a cluster, a partial row block
+		a(48, 4096, 4104, 8, 64, false),   // qmm/wgmma at 8 bits: 64-token tiles in pairs, a partial row block
+		a(160, 2048, 1032, 8, 64, true),   // 8 bits: 256-token tiles, K in two shares a cluster
+		a(300, 1152, 2048, 8, 64, false),  // 8 bits: 18 groups (scales copied in pairs), two token tiles
+		a(256, 4096, 1032, 8, 64, false),  // 8 bits: 256-token tiles in pairs
+		a(160, 2048, 1032, 2, 64, true),   // 2 bits (general unpacking): 256-token tiles, K in two shares a cluster, whose shares outgrow the rings
+		a(300, 1152, 2048, 3, 64, false),  // 3 bits: 18 groups (a last weight stage of 2), two token tiles
+		a(150, 4096, 25464, 5, 64, true),  // 5 bits: a whole wave, then the rest shared by stream-K blocks
+		a(256, 4096, 14336, 4, 32, false), // groups of 32: 256-token tiles, one weight stage fewer (the scales take the room)
+		a(130, 1280, 1032, 4, 128, true),  // groups of 128: a last weight stage of 4 groups of 64 inputs, scales copied in pairs
+		a(70, 4096, 1032, 6, 32, true),    // 6 bits in groups of 32
+		a(120, 8192, 1544, 4, 64, true),   // xprep in 256-thread blocks at the top of their range (8192 inputs), a partial row block
+		a(16, 4096, 4104, 4, 64, true),    // qmm/stream at 16 tokens, a partial row block
+		a(136, 4096, 17416, 4, 64, true),  // 137 row blocks: a whole wave of 132, then 5 split in 4
+		a(150, 4096, 25464, 4, 64, true),  // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles
+		a(17, 4096, 14344, 4, 64, true),   // qmm/wgmma below 33 tokens (17 of a 64-token tile) and qmm/wave's two token tiles, a partial row block
+		a(32, 2048, 1032, 8, 64, false),   // the same at 8 bits, a whole half tile
+		a(1, 1024, 8192, 4, 64, true),     // gemv/bulk in 64-row tiles, one per block, fp16, stages in two parts
+		a(1, 2304, 4240, 8, 32, true),     // gemv/bulk: 24 groups per stage, 16-row tiles, several per block
+		a(4, 4096, 4096, 4, 64, true),     // gemv/bulk above one token: 4 bits in groups of 64 (fp16 operands)
 		// qmm/bulk: K in slices above 8 tokens, odd token counts, groups of
 		// 128 and of 32 (56 groups per slice)
 		a(9, 2048, 1032, 4, 128, true),

@@ -1,9 +1,10 @@
 // wg.cu: wgmma (sm_90a) kernel for the affine family at many tokens, 2-,
-// 3-, 4-, 5-, 6- or 8-bit weights (BITS) in groups of 64: QMM's Hopper candidate
+// 3-, 4-, 5-, 6- or 8-bit weights (BITS) in quantisation groups of 32, 64
+// or 128 (QGROUP): QMM's Hopper candidate
 // (plugins/qmm/wgmma.go). Checked and timed standalone by
 // `python3 scripts/affine_kernels.py --wg`.
 //
-//   y[t][o] = sum_i x[t][i] * (scale[o][i/64] * q[o][i] + biases[o][i/64])  (+ bias[o])
+//   y[t][o] = sum_i x[t][i] * (scale[o][i/QGROUP] * q[o][i] + biases[o][i/QGROUP])  (+ bias[o])
 //
 // Entry points, launched in this order on one stream (the main kernel and
 // the reduction with early start: see kc_grid_wait):
@@ -57,7 +58,8 @@
 // its `counters`,
 // then sk partials of NACC * WGS * 128 floats.
 // Needs in_features a multiple of 128 (scales are copied in pairs of
-// groups, so at least two groups), out_features a multiple of 8, band >= 1,
+// groups, so at least two groups) and, with QGROUP 128, of 256 (an even
+// number of quantisation groups), out_features a multiple of 8, band >= 1,
 // splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1
 // or stream-K.
 //
@@ -119,7 +121,8 @@
 // MACROS: BN (64, 128 or 256 tokens per CTA; 16- and 32-token tiles were
 // timed and lost to the stream kernel at 9-32 tokens, bench/NOTES.md),
 // STAGES (>= FSETS x slots), WGS (1..3 consumer warpgroups, 64 rows each),
-// AST (weight slots of AG groups), FSETS (2 or 3 A fragment sets), AW
+// AST (weight slots of AG groups), QGROUP (32, 64 or 128 inputs a scale;
+// "groups" elsewhere are 64 inputs), FSETS (2 or 3 A fragment sets), AW
 // (1..3 weight-copying warps, default 3), BITS (2, 3, 4, 5, 6 or 8), CLUSTER (0, or 2
 // K shares of a tile per thread-block cluster; clusters of four 216 KB
 // blocks measured twice as slow on the H200, as if they could not all be
@@ -172,7 +175,17 @@ typedef unsigned long long u64;
 #if AST < 2
 #error "AST must be at least 2: a consumer releases a weight stage only after reading the next one's first group"
 #endif
+// GROUP: 64 inputs, the unit of x's stages and of the weights' runs (a
+// lane's 16 values); "groups" in this file are these. The quantisation
+// group, whose scale and bias the weights share, is QGROUP inputs: 32, 64
+// or 128.
 #define GROUP 64
+#ifndef QGROUP
+#define QGROUP 64
+#endif
+#if QGROUP != 32 && QGROUP != 64 && QGROUP != 128
+#error "QGROUP must be 32, 64 or 128"
+#endif
 #ifndef CLUSTER
 #define CLUSTER 0   // > 0: the K shares of a tile are one thread-block cluster that sums them in shared memory (see affine_wg's epilogue)
 #endif
@@ -221,8 +234,9 @@ typedef unsigned long long u64;
 // bits start at the same offset within their bytes. xprep lays x out by
 // the same pairs.
 #define PD (BITS == 2 || BITS == 3 || BITS == 5 ? 8 : 4)
-#define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][AG] and biases [ROWS][AG], bf16
-#define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * AG))
+#define SG (AG * GROUP / QGROUP)             // scales (and biases) of a row in a weight stage
+#define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][SG] and biases [ROWS][SG], bf16
+#define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * SG))
 #define RING_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
 #define KC_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
@@ -808,7 +822,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int bsz = min(band, row_blocks - bid * band);
     const int row0 = (bid * band + rem % bsz) * ROWS, tile = rem / bsz;
     // This block's groups: [g0, g0 + n), an even share of whole weight
-    // stages (so scale copies stay aligned to their 2*AG bytes); a share
+    // stages (so scale copies stay aligned to their 2*SG bytes); a share
     // is empty only when there are fewer stages than splits.
     const int wstages = (groups + AG - 1) / AG;
     const int g0 = split * wstages / nsplit * AG;
@@ -960,6 +974,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
             // Rows past the end repeat the last row.
             const unsigned char* wsrc = reinterpret_cast<const unsigned char*>(weight);
             const long long row_bytes = (long long)in_features * BITS / 8;
+            const int qgroups = in_features / QGROUP;   // a row's scales
             const int pl = (warp - (WGS * 4 + 1)) * 32 + lane;   // this lane among the AW warps' lanes
             // Each segment: groups [sg0, sg0 + sn) of rows r0.., from weight
             // stage h0 of the ring (without stream-K, one segment).
@@ -993,26 +1008,34 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                             kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
                         }
                     }
-                    // Scales then biases, [ROWS][AG] each: one 2*AG-byte copy
-                    // per row when every row's run is that aligned, else 4-byte
-                    // ones (groups is even, so each pair of groups is).
+                    // Scales then biases, [ROWS][SG] each, from entry sg of
+                    // each row's qgroups: the row's 2*SG bytes in copies of up to
+                    // 16 when every row's run is that aligned (qgroups a multiple
+                    // of SG), else 4-byte ones (qgroups and sg are even: at 128
+                    // inputs a group the plan admits an even number of them).
                     const u32 sdst = dst + ASCALE_OFF;
+                    const int sg = g * GROUP / QGROUP;
                     if (groups % AG == 0) {
-                        for (int c = pl; c < 2 * ROWS; c += 32 * AW) {
-                            const int arr = c / ROWS, r = c % ROWS;
+                        constexpr int SP = 2 * SG >= 16 ? 16 : 2 * SG, SN = 2 * SG / SP;   // bytes a copy, copies a row
+                        for (int c = pl; c < 2 * ROWS * SN; c += 32 * AW) {
+                            const int arr = c / (ROWS * SN), rr = c % (ROWS * SN), r = rr / SN, k = rr % SN;
                             const long long row = min(r0 + r, out_features - 1);
-                            if (AG == 8)
-                                kc_cp16(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
+                            const u32 d = sdst + (arr * ROWS + r) * (2 * SG) + k * SP;
+                            const u16* src = (arr ? biases : scales) + row * qgroups + sg + k * (SP / 2);
+                            if (SP == 16)
+                                kc_cp16(d, src);
+                            else if (SP == 8)
+                                kc_cp8(d, src);
                             else
-                                kc_cp8(sdst + (arr * ROWS + r) * (2 * AG), (arr ? biases : scales) + row * groups + g);
+                                kc_cp4(d, src);
                         }
                     } else {
-                        const int pairs = ng / 2;
+                        const int pairs = ng * GROUP / QGROUP / 2;
                         for (int c = pl; c < 2 * ROWS * pairs; c += 32 * AW) {
                             const int arr = c / (ROWS * pairs), rr = c % (ROWS * pairs);
                             const int r = rr / pairs, k = rr % pairs;
                             const long long row = min(r0 + r, out_features - 1);
-                            kc_cp4(sdst + (arr * ROWS + r) * (2 * AG) + 4 * k, (arr ? biases : scales) + row * groups + g + 2 * k);
+                            kc_cp4(sdst + (arr * ROWS + r) * (2 * SG) + 4 * k, (arr ? biases : scales) + row * qgroups + sg + 2 * k);
                         }
                     }
                     kc_cp_arrive(afull0 + 8 * as);
@@ -1051,10 +1074,14 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     };
 #endif
     // Scales (.x rl0, .y rl0 + 8) and biases (.z, .w) of group c.
+    // The lane's entry in a stage row's scales for group c: with QGROUP 32
+    // a group of 64 inputs has two, and the lane's run is in the first
+    // (tig 0, 1) or the second; with 128 two groups share one.
     auto scaling = [&](int c) {
-        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + ASCALE_OFF + rl0 * (2 * AG) + (c % AG) * 2;
+        const int e = QGROUP == 32 ? 2 * (c % AG) + (tig >> 1) : (c % AG) * GROUP / QGROUP;
+        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + ASCALE_OFF + rl0 * (2 * SG) + e * 2;
         const u16* p = reinterpret_cast<const u16*>(a);
-        const int row8 = 8 * AG, arr = ROWS * AG;   // in u16 units
+        const int row8 = 8 * SG, arr = ROWS * SG;   // in u16 units
         return uint4{p[0], p[row8], p[arr], p[arr + row8]};
     };
 
