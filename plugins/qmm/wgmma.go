@@ -168,12 +168,14 @@ func (qmmWGMMA) Prepare(_ context.Context, env sdk.Env, req sdk.Request, weights
 
 // wgConfig is one variant of kernels/wg.cu (its -D macros) and the launch
 // raster. It mirrors wg_config in scripts/affine_kernels.py, where the
-// variants were timed (bench/NOTES.md).
+// variants were timed (bench/NOTES.md). A "group" here, as in wg.cu, is
+// 64 inputs, the unit of x's stages; the weights' quantisation group is
+// Group.
 type wgConfig struct {
 	BN     int // tokens per block
 	Stages int // x ring slots (one group each)
 	WGS    int // consumer warpgroups, 64 weight rows each
-	AST    int // weight ring slots (8 groups each, 4 at 8 bits)
+	AST    int // weight ring slots (wgStageRow's groups each: 8, or 4 at 5, 6 and 8 bits)
 	FSets  int // A fragment sets: groups in flight while the next is dequantised
 	Band   int // row blocks per raster band
 	Splits int // blocks sharing a split tile along K (a launch setting; with Cluster also the CLUSTER macro)
