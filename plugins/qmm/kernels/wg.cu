@@ -103,13 +103,15 @@
 //   reads the words around it and shifts them once, so that value i sits
 //   at bits [BITS*i, BITS*(i+1)). It pairs value i with i + PD (PD 8 at 2,
 //   3 and 5 bits, 4 at 6 bits), whose bits mostly start at the same offset
-//   within their bytes: one prmt gathers both values' bytes into the halves
-//   of a word, one shift lines them up, and the lop3 with 0x6400 gives
-//   (1024 + v_i, 1024 + v_j); pairs whose offsets differ (some at 5 bits)
-//   take a funnel shift per value first, and 2-bit pairs, 16 bits apart, a
-//   shift alone. Then the same two fmas. These are the stream kernel's
-//   pairs (internal/affinegpu/kernels/stream.cu), in fp16. xprep lays x out
-//   by the same pairs (PD).
+//   e within their bytes: one prmt gathers both values' bytes into the
+//   halves of a word and the lop3 with 0x6400 masks them where they lie,
+//   giving (1024 + 2^e v_i, 1024 + 2^e v_j), exact while BITS + e <= 10
+//   (else a shift first, and e = 0); the first fma then multiplies by 2^-e
+//   and subtracts 2^(10-e). 2-bit pairs, 16 bits apart, need no prmt; pairs
+//   whose offsets differ (3 of 8 at 5 bits) take a funnel shift per value
+//   first. Then the second fma, s*q + b, as at 4 bits. These are the stream
+//   kernel's pairs (internal/affinegpu/kernels/stream.cu), in fp16. xprep
+//   lays x out by the same pairs (PD).
 //   B (x) is in shared memory without swizzle, as 8x8 core matrices (8
 //   tokens x 8 k, 16 bytes per token): LBO (next 8 k) = 128 B, SBO (next 8
 //   tokens) = 256 B; one k16 step of BN tokens is BN*32 bytes.
@@ -222,7 +224,7 @@ typedef unsigned long long u64;
 // bits), which keeps the 256-token variants' rings within 227 KB.
 #define AG (BITS == 2 || BITS == 3 || BITS == 4 ? 8 : 4)
 #if AG * GB % 16 != 0 || (AG != 4 && AG != 8) || AG * GB > 256
-#error "a weight stage's row must be whole 16-byte pieces, its scales one 8- or 16-byte copy, and at most 256 bytes"
+#error "a weight stage's row must be 4 or 8 groups in whole 16-byte pieces, at most 256 bytes"
 #endif
 // One row of a weight stage, padded so that the rows a quarter warp (BITS
 // 8, 16-byte reads: 2 rows), a half warp (BITS 4, 8-byte reads: 4 rows)
@@ -231,8 +233,8 @@ typedef unsigned long long u64;
 #define AROW_BYTES (AG * GB + (BITS == 8 ? 64 : BITS == 4 ? 32 : 16))
 // Pairs of a lane's 16-value run (kc_pi): values i and i + PD. 4 and 8
 // bits, and 6 bits, pair i with i + 4; 2, 3 and 5 bits with i + 8, whose
-// bits start at the same offset within their bytes. xprep lays x out by
-// the same pairs.
+// bits (but for 3 pairs of 8 at 5 bits) start at the same offset within
+// their bytes. xprep lays x out by the same pairs.
 #define PD (BITS == 2 || BITS == 3 || BITS == 5 ? 8 : 4)
 #define SG (AG * GROUP / QGROUP)             // scales (and biases) of a row in a weight stage
 #define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][SG] and biases [ROWS][SG], bf16
@@ -388,8 +390,8 @@ KC_DEV u32 kc_pair16(const u32 (&r)[RW], int i, int j) {
 // takes kc_pair16's 1024 + 2^e v to v, exact.
 KC_DEV constexpr u32 kc_unit(int e) { return (u32)(15 - e) << 10 | (u32)(15 - e) << 26; }
 KC_DEV constexpr u32 kc_offset(int e) { return (0x8000u | (u32)(25 - e) << 10) * 0x10001u; }
-// The lane's runs of rows p and p + rows8 bytes on (its first byte: p is
-// 4-byte aligned, shift the bits before the run in the first word).
+// The lane's runs in rows p and p + rows8 (p: the 4-byte word holding the
+// run's first byte; shift: the run's bits before it in that word).
 KC_DEV kc_words kc_words_at(const unsigned char* p, int rows8, u32 shift) {
     kc_words cw;
 #pragma unroll
