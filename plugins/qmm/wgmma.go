@@ -290,7 +290,7 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 		// The other widths' weight stages hold 128-192 bytes of each row,
 		// not 256: one more stage in the ring keeps about as many bytes in
 		// flight (4 against 3 with 256-token tiles at 8192→28672 and
-		// 28672→8192: faster in 14 of 16 same-call pairs at 5 and 6 bits,
+		// 28672→8192: faster in 15 of 16 same-call pairs at 5 and 6 bits,
 		// by up to 13 %, and in 8 of 8 at 2 and 3 bits; within ±3.5 % at
 		// the 33 MB shapes' 4096 tokens; bench/NOTES.md, thirty-second
 		// session).
