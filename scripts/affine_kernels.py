@@ -1677,9 +1677,9 @@ def wg_with_bits(cfg: dict, bits: int, group: int = 64) -> dict:
     8 with two weight-copying warps (AW 2, unless --wg-over names AW), no
     BITS macro at 4 (the kernel's default), else BITS and one more weight
     stage in the ring (AST + 1: their stages hold 128-192 bytes of each
-    row, not 256); QGROUP where the group is not 64, and then one weight
-    stage fewer while the block's shared memory would pass WG_MAX_SMEM
-    (never fewer than 2). The AST a variant had before its first call here
+    row, not 256); QGROUP where the group is not 64; then one weight stage
+    fewer while the block's shared memory would pass WG_MAX_SMEM (never
+    fewer than 2). The AST a variant had before its first call here
     is kept (_ast), so that a variant already for other weights converts
     alike."""
     ast = cfg.get("_ast", cfg["AST"])
@@ -1693,8 +1693,8 @@ def wg_with_bits(cfg: dict, bits: int, group: int = 64) -> dict:
         cfg.setdefault("AW", 2)
     if group != 64:
         cfg["QGROUP"] = group
-        while cfg["AST"] > 2 and wg_smem(cfg) > WG_MAX_SMEM:
-            cfg["AST"] -= 1
+    while cfg["AST"] > 2 and wg_smem(cfg) > WG_MAX_SMEM:   # (only groups of 32 come here today)
+        cfg["AST"] -= 1
     return cfg
 
 
