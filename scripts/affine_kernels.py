@@ -1603,7 +1603,7 @@ def wg_config(bn: int = 128, stages: int = 6, wgs: int = 2, ast: int = 3, band: 
 def wg_choose(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30, bits: int = 4,
               group: int = 64) -> dict:
     """wg_rule's variant for `bits`-bit weights in groups of `group` (wg_with_bits)."""
-    return wg_with_bits(wg_rule(tokens, out_f, sms, in_f), bits, group)
+    return wg_with_bits(wg_rule(tokens, out_f, sms, in_f), bits, group, in_f)
 
 
 def wg_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 << 30) -> dict:
@@ -1621,7 +1621,7 @@ def wg_tile_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 
     """chooseWGTile in plugins/qmm/wgmma.go: the
     token tile (256 tokens above 128, else 128 above 64, else 64) in pairs
     (64-row tiles in 2 K shares summed within a cluster) where 4 shares of
-    its blocks would fit one wave, each at least 16 groups; else the tile's
+    its blocks would fit one wave, the pairs' 2 each at least 16 groups; else the tile's
     K in 2 shares, each tile's two blocks a cluster, where they fit one
     wave (each at least 16 groups); else above 128 tokens 256-token tiles,
     or, past whole waves of a single token tile, the whole waves unsplit
@@ -1636,7 +1636,7 @@ def wg_tile_rule(tokens: int, out_f: int, sms: int | None = None, in_f: int = 1 
     blocks = lambda bn: -(-out_f // 128) * -(-tokens // bn)
     groups = in_f // 64
     bn = 256 if tokens > 128 else 128 if tokens > 64 else 64
-    if blocks(bn) * 4 <= sms and groups >= 64:   # wgWidePairs, wgMidPairs, wgNarrowPairs
+    if blocks(bn) * 4 <= sms and groups >= 32:   # wgWidePairs, wgMidPairs, wgNarrowPairs (two shares of 16 groups or more)
         return wg_config(256, 4, 1, 3, 16, 2, 2, 0, 0, 2) if bn == 256 else wg_config(bn, 6, 1, 3, 16, 3, 2, 0, 0, 2)
     if blocks(bn) * 2 <= sms and groups >= 32:   # the tile's two K shares a cluster
         return wg_config(256, 3, 2, 3, 16, 2, 2, 0, 0, 2) if bn == 256 else wg_config(bn, 6, 2, 3, 16, 3, 2, 0, 0, 2)
@@ -1671,20 +1671,27 @@ def wg_stage_bytes(cfg: dict) -> int:
 WG_MAX_SMEM = 232448 - 2048   # wgMaxSharedBytes in plugins/qmm/wgmma.go
 
 
-def wg_with_bits(cfg: dict, bits: int, group: int = 64) -> dict:
+def wg_oddk(in_f: int, group: int = 64) -> bool:
+    """Whether wg.cu needs ODDK for in_f inputs in groups of `group`: in_f
+    not a multiple of 2 * max(64, group) (wgmma.go's OddK)."""
+    return in_f % (2 * max(64, group)) != 0
+
+
+def wg_with_bits(cfg: dict, bits: int, group: int = 64, in_f: int = 0) -> dict:
     """cfg (a variant as at 4 bits in groups of 64) for `bits`-bit weights in
     groups of `group`, as plugins/qmm/wgmma.go's chooseWG and variant: BITS
     8 with two weight-copying warps (AW 2, unless --wg-over names AW), no
     BITS macro at 4 (the kernel's default), else BITS and one more weight
     stage in the ring (AST + 1: their stages hold 128-192 bytes of each
-    row, not 256); QGROUP where the group is not 64; then one weight stage
+    row, not 256); QGROUP where the group is not 64; ODDK where in_f
+    (0: unknown, none) needs it (wg_oddk); then one weight stage
     fewer while the block's shared memory would pass WG_MAX_SMEM (never
     fewer than 2). The AST a variant had before its first call here
     is kept (_ast), so that a variant already for other weights converts
     alike."""
     ast = cfg.get("_ast", cfg["AST"])
     cfg = {k: v for k, v in cfg.items()
-           if k not in ("BITS", "QGROUP") and not (k == "AW" and "AW" not in WG_OVER)}
+           if k not in ("BITS", "QGROUP", "ODDK") and not (k == "AW" and "AW" not in WG_OVER)}
     cfg["_ast"] = ast
     cfg["AST"] = ast + (bits not in (4, 8))
     if bits != 4:
@@ -1693,7 +1700,9 @@ def wg_with_bits(cfg: dict, bits: int, group: int = 64) -> dict:
         cfg.setdefault("AW", 2)
     if group != 64:
         cfg["QGROUP"] = group
-    while cfg["AST"] > 2 and wg_smem(cfg) > WG_MAX_SMEM:   # (only groups of 32 come here today)
+    if in_f and wg_oddk(in_f, group):
+        cfg["ODDK"] = 1
+    while cfg["AST"] > 2 and wg_smem(cfg) > WG_MAX_SMEM:
         cfg["AST"] -= 1
     return cfg
 
@@ -1732,10 +1741,13 @@ def wg_group_stage(cfg: dict) -> tuple[int, int]:
 
 def wg_smem(cfg: dict) -> int:
     """wg.cu's SMEM_BYTES (sharedBytes in plugins/qmm/wgmma.go): the rings (a
-    stage row's scales and biases SG = AG * 64 / QGROUP each), or the
+    stage row's scales and biases SG = AG * 64 / QGROUP each, and with ODDK
+    a window's SCP more: 4, or 2 where 4 does not divide SG), or the
     epilogue's fp32 tile or a cluster's shares where larger."""
     ag, arow = wg_group_stage(cfg)
     sg = ag * 64 // cfg.get("QGROUP", 64)
+    if cfg.get("ODDK"):
+        sg += 4 if sg % 4 == 0 else 2
     rows = 64 * cfg["WGS"]
     n = max(cfg["STAGES"] * wg_stage_bytes(cfg) + cfg["AST"] * rows * (arow + 4 * sg), cfg["BN"] * (rows + 4) * 4)
     if cfg.get("CLUSTER"):
@@ -1745,10 +1757,10 @@ def wg_smem(cfg: dict) -> int:
 
 def wg_serves(tokens: int, in_f: int, bits: int = 4, group: int = 64) -> bool:
     """What qmm/wgmma admits (plugins/qmm/wgmma.go): any width in groups
-    of 32, 64 or 128, in % 128 == 0 (% 256 in groups of 128), in <= 57344,
-    17 or more tokens, compute capability 9.0."""
+    of 32, 64 or 128, in % 64 == 0 (and % group), in <= 57344, 17 or more
+    tokens, compute capability 9.0."""
     import torch
-    return (group in (32, 64, 128) and in_f % (256 if group == 128 else 128) == 0 and in_f <= 57344 and tokens > 16
+    return (group in (32, 64, 128) and in_f % max(64, group) == 0 and in_f <= 57344 and tokens > 16
             and torch.cuda.get_device_capability(0) == (9, 0))
 
 
@@ -1884,6 +1896,10 @@ WG_CHECK_CASES = [
     (4096, 4096, 128, False, 0, 4, 128), (1280, 1032, 65, True, 0, 4, 128), (768, 136, 129, False, 0, 6, 128),
     (2048, 520, 300, True, 0, 8, 128), (4096, 1032, 70, True, -20, 5, 128), (8192, 1544, 120, True, 0, 3, 128),
     (1536, 2048, 37, False, 0, 2, 128),
+    # ODDK: in not a multiple of 2 * max(64, group) (gpt-oss's 2880: 45 groups of 64)
+    (2880, 4096, 256, True, 0, 4), (2880, 2056, 300, False, 0, 3), (2880, 1032, 200, True, 0, 5, 32),
+    (3712, 1032, 129, False, 0, 6, 128), (1088, 2056, 300, False, 0, 2, 32), (2880, 520, 70, True, 17, 8),
+    (5760, 1032, 65, False, -20, 5, 128), (2880, 2880, 37, False, 0, 6),
 ]
 
 
@@ -2077,7 +2093,10 @@ def run_wg(quick: bool, bench: bool = True):
     # copied in pairs (1152), large and small x. Groups of 32 and 128 (two
     # scales a stage's 64 inputs, or one for two) take them too: partial
     # last stages (1152, 640 and 1280 inputs), scales copied in pairs (1152,
-    # 1280), every width.
+    # 1280), every width. The ODDK cases (in not a multiple of 2 * max(64,
+    # group)) take rows whose scales start at an odd entry, odd last
+    # stages, 8-byte weight pieces at 3 and 5 bits, and windows of 4-byte
+    # scale pieces (6 bits in groups of 128: two scales a stage row).
     for ci, case in enumerate(WG_CHECK_CASES):
         in_f, out_f, t, bias, xe = case[:5]
         bits, group = wg_case_quant(case)
@@ -2089,7 +2108,7 @@ def run_wg(quick: bool, bench: bool = True):
         x = x.to(torch.bfloat16)
         ref = wt.reference(x)
         for cfg in cfgs:
-            cfg = wg_with_bits(cfg, bits, group)
+            cfg = wg_with_bits(cfg, bits, group, in_f)
             y = torch.full((t, out_f), -1, dtype=torch.int16, device="cuda")
             try:
                 run, ws = wg_launch_fns(cfg, wt, x, y, t)
@@ -2149,6 +2168,7 @@ def run_wg(quick: bool, bench: bool = True):
             anchor = time_launches([lambda W=W: torch.matmul(x, W.t(), out=ya) for W in dense])
             y = torch.empty((t, out_f), device="cuda", dtype=torch.int16)
             for cfg in cfgs:
+                cfg = wg_with_bits(cfg, bits, group, in_f)   # ODDK where the shape needs it
                 keep, fns = [], []
                 try:
                     wg_launch_fns(cfg, wt, x, y, t)
@@ -2202,6 +2222,7 @@ def main():
     ap.add_argument("--wg-over", help="macros K=V,... every wg.cu variant takes (e.g. AW=3)")
     ap.add_argument("--wg", action="store_true", help="only the wgmma kernel (correctness, then timing of WG_CONFIGS; with --quant, that width's cases only)")
     ap.add_argument("--wg-configs", help="with --wg: variants BN:STAGES:WGS:AST:BAND[:FSETS[:SPLITS[:FULL[:SMS[:CLUSTER[:SK]]]]]],... (default: default_wg_configs())")
+    ap.add_argument("--wg-skip-check", action="store_true", help="with --wg: time the variants without the correctness cases first")
     ap.add_argument("--no-streamk", action="store_true", help="the wgmma rule without stream-K (its split tails instead)")
     ap.add_argument("--wg-time-all", action="store_true",
                     help="with --wg: time variants that failed correctness too (diagnostics only)")
@@ -2274,6 +2295,8 @@ def main():
             global WG_CHECK_CASES, WG_CHECK_QUANTS
             WG_CHECK_CASES = [c for c in WG_CHECK_CASES if wg_case_quant(c) == BENCH_QUANT]
             WG_CHECK_QUANTS = [BENCH_QUANT]
+        if args.wg_skip_check:
+            WG_CHECK_CASES = []
         ok = run_wg(args.quick)
         print(f"# total {time.time() - t0:.1f}s; wg {'OK' if ok else 'FAILED'}")
         sys.exit(0 if ok else 1)

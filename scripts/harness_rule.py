@@ -32,7 +32,7 @@ def wg(sms, tokens, in_f, out_f, bits, group):
     cfg = ak.wg_choose(tokens, out_f, sms, in_f=in_f, bits=bits, group=group)
     plan = ak.wg_plan(cfg, tokens, in_f, out_f)
     return {"BN": cfg["BN"], "STAGES": cfg["STAGES"], "WGS": cfg["WGS"], "AST": cfg["AST"], "FSETS": cfg.get("FSETS", 3),
-            "AW": cfg.get("AW", 3), "BITS": cfg.get("BITS", 4), "QGROUP": cfg.get("QGROUP", 64),
+            "AW": cfg.get("AW", 3), "BITS": cfg.get("BITS", 4), "QGROUP": cfg.get("QGROUP", 64), "ODDK": cfg.get("ODDK", 0),
             "XPREP_THREADS": cfg.get("XPREP_THREADS", 128),
             "band": cfg["_band"], "cluster": plan["cluster"], "splits": plan["splits"], "full": plan["full"], "sk": plan["sk"],
             "grid": plan["grid"], "reduce": plan["reduce"], "workspace": plan["workspace"], "smem": ak.wg_smem(cfg)}

@@ -143,6 +143,10 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			// the 6-bit layer above at prefill: the tiled kernel against
 			// qmm/wgmma's general unpacking
 			affine(sdk.PhasePrefill, sdk.RoleGateUp, 256, 4096, 14336, 6, 64),
+			// gpt-oss's fused attention projection at prefill: 2880 inputs,
+			// 45 groups of 64 (qmm/wgmma's ODDK variant against the tiled
+			// kernel)
+			affine(sdk.PhasePrefill, sdk.RoleAttentionQKV, 256, 2880, 5120, 4, 64),
 			dense(sdk.RoleRouter, 1, 2880, 32),
 			dense(sdk.RoleOutputHead, 512, 4096, 128256),
 		}

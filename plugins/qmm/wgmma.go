@@ -73,7 +73,8 @@ const (
 // wgmma with the weights dequantised to fp16 in registers (one rounding per
 // weight, 2^-11 relative) and x scaled per token by a power of two into
 // fp16. It serves 2-, 3-, 4-, 5-, 6- and 8-bit weights in groups of 32,
-// 64 and 128 at 17 or more tokens on compute capability 9.0; the host's tuner times it against the
+// 64 and 128, in_features any multiple of 64 (gpt-oss's 2880 too), at 17
+// or more tokens on compute capability 9.0; the host's tuner times it against the
 // tiled kernel (and, up to 32 tokens, qmm/stream and qmm/wave) and keeps
 // the fastest.
 type qmmWGMMA struct{}
@@ -110,11 +111,8 @@ func wgAdmit(req sdk.Request, hw device.Profile) string {
 	if g := req.Weight.GroupSize; g != 32 && g != 64 && g != 128 {
 		return fmt.Sprintf("unpacks weights in groups of 32, 64 or 128, not group_size=%d", g)
 	}
-	if req.InFeatures%128 != 0 {
-		return fmt.Sprintf("in_features=%d is not a multiple of 128 (scales are staged two groups at a time)", req.InFeatures)
-	}
-	if req.Weight.GroupSize == 128 && req.InFeatures%256 != 0 {
-		return fmt.Sprintf("in_features=%d is not a multiple of 256: groups of 128 are staged two at a time", req.InFeatures)
+	if req.InFeatures%64 != 0 {
+		return fmt.Sprintf("in_features=%d is not a multiple of 64 (x is staged 64 inputs at a time)", req.InFeatures)
 	}
 	if req.InFeatures > wgMaxInFeatures {
 		return fmt.Sprintf("in_features=%d is over %d (two rows of x are staged in shared memory)", req.InFeatures, wgMaxInFeatures)
@@ -196,6 +194,14 @@ type wgConfig struct {
 	// XPrepThreads is affine_wg_xprep's block, wgXPrepThreads or
 	// wgXPrepWideThreads (the XPREP_THREADS macro; chooseWG sets it).
 	XPrepThreads int
+	// OddK marks in_features that are not a multiple of 2·max(64, Group),
+	// as gpt-oss's 2880 (the ODDK macro): rows whose scales start at an
+	// odd entry, a last weight stage of an odd number of groups, 3- and
+	// 5-bit rows that are not whole 16-byte pieces. The kernel then copies
+	// each row's scales and biases as a window of 8- or 4-byte pieces
+	// (wgScaleWindow entries more a stage row) and 3- and 5-bit weights in
+	// 8-byte pieces.
+	OddK bool
 	// StreamK, when above 0, is the number of stream-K blocks that share
 	// the tiles after the first Full (the STREAMK macro and the kernel's
 	// sk argument): one run of their weight stages each, at most part of
@@ -228,12 +234,17 @@ var (
 
 // chooseWG picks the token tile first: 256 tokens above 128 tokens, else
 // 128 above 64, else 64. When four K shares of that tile's blocks would
-// fit one wave (each share at least 16 groups), it runs the tile in pairs
+// fit one wave (each of the pairs' two shares at least 16 groups), it
+// runs the tile in pairs
 // (wgWidePairs and the others above): at 256 tokens 4096² took
 // 23.0–23.3 µs against 28.4–29.6 for 32 blocks × 4 shares, 14336→4096
 // within 1 %; at 64 and 128 tokens the pairs took 4096² from 28.8–29.4 µs
 // (one block per tile) to 17.1–19.2, 14336→4096 from 88–93 to 39–44, and
-// 8192→4096 from 53–54 to 26–29.
+// 8192→4096 from 53–54 to 26–29. At 45 and 46 groups (gpt-oss's 2880
+// inputs, and 2944) the pairs beat two-share clusters of 128-row tiles:
+// 2880² 17.4 against 27.4 µs at 256 tokens and 12.2 against 16.6 at 64,
+// 2880→4096 17.9 against 28.0 and 12.7 against 16.4 (bench/NOTES.md,
+// thirty-third session; the pairs had asked 64 groups before).
 // Else, when two K shares of the tile's blocks fit one wave (each share
 // at least 16 groups), it splits K in 2 with each tile's two blocks a
 // cluster (28672→8192 at 64 tokens 100.7 µs against 173.2 for
@@ -301,6 +312,7 @@ func chooseWG(req sdk.Request, sms int) wgConfig {
 	// 128- and 256-token tiles of two consumer warpgroups), it keeps one
 	// weight stage fewer (never fewer than the kernel's 2).
 	c.Group = req.Weight.GroupSize
+	c.OddK = req.InFeatures%(2*max(64, c.Group)) != 0
 	for c.AST > 2 && c.sharedBytes() > wgMaxSharedBytes {
 		c.AST--
 	}
@@ -323,7 +335,7 @@ func chooseWGTile(req sdk.Request, sms int) wgConfig {
 	case req.Tokens > wgNarrow.BN:
 		tile, pairs = wgMid, wgMidPairs
 	}
-	if blocks(tile)*4 <= sms && groups >= 16*4 {
+	if blocks(tile)*4 <= sms && groups >= 16*2 {
 		return pairs
 	}
 	if blocks(tile)*2 <= sms && groups >= 16*2 {
@@ -390,6 +402,9 @@ func (c wgConfig) variant() gpukernel.Variant {
 	if c.StreamK > 0 {
 		defines["STREAMK"] = 1
 	}
+	if c.OddK {
+		defines["ODDK"] = 1
+	}
 	return gpukernel.Variant{Entry: wgEntry, ArchSpecific: true, Defines: defines}
 }
 
@@ -409,7 +424,8 @@ func (c wgConfig) stageBytes() int { return 4 * c.BN * 32 }
 // sharedBytes is the main kernel's dynamic shared memory (SMEM_BYTES in
 // wg.cu): the x ring and the weight ring (wgStageRow's rows, then the
 // rows' scales and biases of the stage's inputs, one each per quantisation
-// group), or, where larger, what the epilogue lays over
+// group, and with OddK a window's wgScaleWindow more), or, where larger,
+// what the epilogue lays over
 // them: the fp32 output tile and, in a cluster, the shares that arrive and
 // the outgoing one (larger only at 2 and 3 bits, whose stages are small).
 func (c wgConfig) sharedBytes() int {
@@ -421,12 +437,26 @@ func (c wgConfig) sharedBytes() int {
 	case 128:
 		scales = groups / 2
 	}
+	if c.OddK {
+		scales += wgScaleWindow(scales)
+	}
 	rows := 64 * c.WGS
 	n := max(c.Stages*c.stageBytes()+c.AST*rows*(row+4*scales), c.BN*(rows+4)*4)
 	if c.Cluster {
 		n = max(n, (c.Splits+1)*c.BN*(rows/c.Splits+4)*4)
 	}
 	return n
+}
+
+// wgScaleWindow is the entries of a scale copy with OddK (SCP in wg.cu),
+// 4 (8 bytes) where they divide a stage row's scales, else 2: a row's
+// window of them starts up to one copy early, so the stage keeps that many
+// entries more a row.
+func wgScaleWindow(scales int) int {
+	if scales%4 == 0 {
+		return 4
+	}
+	return 2
 }
 
 // wgStageRow is a weight stage's groups and a row's padded bytes at bits
@@ -570,5 +600,9 @@ func (c wgConfig) describe() string {
 	if c.StreamK > 0 {
 		streamK = fmt.Sprintf(" streamk=%d", c.StreamK)
 	}
-	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d%s xprep=%d", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full, streamK, c.xprepThreads())
+	oddK := ""
+	if c.OddK {
+		oddK = " oddk"
+	}
+	return fmt.Sprintf("wgmma BITS=%d BN=%d STAGES=%d WGS=%d AST=%d FSETS=%d band=%d splits=%d%s full=%d%s xprep=%d%s", c.Bits, c.BN, c.Stages, c.WGS, c.AST, c.FSets, c.Band, c.Splits, cluster, c.Full, streamK, c.xprepThreads(), oddK)
 }

@@ -154,7 +154,9 @@ func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 		{64, 4096, 4096, 64, 1, 2, 0, 0, true},         // 32 narrow tiles × 4 would fit: 64 × 2 in clusters
 		{33, 14336, 4096, 64, 1, 2, 0, 0, true},        // the same
 		{128, 4096, 4096, 128, 1, 2, 0, 0, true},       // 32 tiles of 128 tokens × 4 would fit: 64 × 2 in clusters
-		{100, 2048, 1032, 128, 2, 2, 0, 0, true},       // 32 groups: two shares, not four
+		{100, 2048, 1032, 128, 1, 2, 0, 0, true},       // 32 groups: pairs, two shares of 16
+		{256, 2880, 2880, 256, 1, 2, 0, 0, true},       // 45 groups (gpt-oss): pairs, shares of 22 and 23
+		{256, 2880, 5120, 256, 2, 2, 0, 0, true},       // 40 tiles × 4 would not fit: 40 × 2 in clusters
 		{100, 1024, 1032, 64, 2, 1, 0, 0, false},       // 16 groups: one share; 9 tiles of 128 tokens, so 64-token tiles
 		{128, 4096, 14336, 128, 2, 1, 0, 0, false},     // 112 blocks of 128 tokens
 		{128, 28672, 8192, 128, 2, 2, 0, 0, true},      // 64 tiles × 2 in clusters (64-token tiles would make 128 blocks)
@@ -171,7 +173,8 @@ func TestChooseWGNarrowsSmallGrids(t *testing.T) {
 		{256, 28672, 8192, 256, 2, 2, 0, 0, true},      // 64 tiles × 2 in clusters
 		{256, 4096, 4096, 256, 1, 2, 0, 0, true},       // 32 tiles × 4 would fit: 64 × 2 in clusters
 		{200, 4096, 1032, 256, 1, 2, 0, 0, true},       // 9 tiles: 17 × 2 in clusters
-		{256, 2048, 4096, 256, 2, 2, 0, 0, true},       // 32 groups: two shares of 16
+		{256, 2048, 4096, 256, 1, 2, 0, 0, true},       // 32 groups: pairs, two shares of 16
+		{256, 1984, 4096, 256, 2, 1, 0, 0, false},      // 31 groups: no shares under 16 groups, 32 whole tiles
 		{512, 8192, 28672, 256, 2, 1, 0, 0, false},     // 448 tiles over two token tiles
 		{4096, 14336, 4096, 256, 2, 1, 0, 0, false},    // 512 blocks
 	} {
@@ -203,11 +206,51 @@ func TestChooseWGWithoutMultiprocessors(t *testing.T) {
 	}
 }
 
+// In_features that are not a multiple of 2·max(64, group), as gpt-oss's
+// 2880 (45 groups of 64), take the ODDK variant at every width: windows of
+// scale pieces, and a stage row keeps a window's entries more. Others keep
+// their cache keys.
+func TestWGMMAServesOddGroupCounts(t *testing.T) {
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, shape := range [][4]int{
+			{256, 2880, 2880, 64}, {64, 2880, 4096, 64}, {4096, 2880, 512, 64}, {128, 4160, 28672, 64},
+			{256, 2880, 5120, 32}, {200, 1088, 4096, 32},
+			{256, 1152, 4096, 128}, {64, 3712, 14336, 128},
+		} {
+			req := plugintest.AffineRequest(shape[0], shape[1], shape[2], bits, shape[3], shape[0]%2 == 0)
+			adm := qmmWGMMA{}.Admit(req, hopper())
+			require.True(t, adm.Admitted, adm.Reason)
+			assert.Contains(t, adm.Reason, "oddk", req.Key())
+			c := chooseWG(req, 132)
+			assert.True(t, c.OddK, req.Key())
+			assert.Equal(t, 1, c.variant().Defines["ODDK"], req.Key())
+			even := c
+			even.OddK = false
+			groups, _ := wgStageRow(bits)
+			scales := groups * 64 / shape[3]
+			window := wgScaleWindow(scales)
+			assert.Contains(t, []int{2, 4}, window)
+			assert.Zero(t, scales%window, "a window's pieces tile a stage row's scales: %s", req.Key())
+			if c.sharedBytes() > c.BN*(64*c.WGS+4)*4 && !c.Cluster {
+				assert.Equal(t, c.AST*64*c.WGS*4*window, c.sharedBytes()-even.sharedBytes(), "scales and biases keep a window more a row: %s", req.Key())
+			}
+			assert.LessOrEqual(t, c.sharedBytes(), wgMaxSharedBytes, req.Key())
+			assert.GreaterOrEqual(t, c.AST, 2, req.Key())
+		}
+	}
+	for _, req := range []sdk.Request{int4Request(256, 4096, 4096), int4Request(256, 5760, 4096),
+		plugintest.AffineRequest(256, 2944, 4096, 4, 32, false), plugintest.AffineRequest(256, 2816, 4096, 6, 128, false)} {
+		c := chooseWG(req, 132)
+		assert.False(t, c.OddK, req.Key())
+		assert.NotContains(t, c.variant().Defines, "ODDK", "%s keeps its cache key", req.Key())
+	}
+}
+
 func TestWGMMARefusalsSayWhy(t *testing.T) {
 	ampere := hopper()
 	ampere.ComputeCapability = "8.0"
 	cpu := device.Profile{Kind: device.CPU}
-	g128 := plugintest.AffineRequest(256, 1152, 4096, 6, 128, false)
+	halfGroups := plugintest.AffineRequest(256, 2080, 4096, 4, 32, false)
 	cases := []struct {
 		name string
 		req  sdk.Request
@@ -216,8 +259,7 @@ func TestWGMMARefusalsSayWhy(t *testing.T) {
 	}{
 		{"cpu", int4Request(256, 4096, 4096), cpu, "needs a CUDA device"},
 		{"ampere", int4Request(256, 4096, 4096), ampere, "compute capability 9.0"},
-		{"odd groups of 128", g128, hopper(), "in_features=1152 is not a multiple of 256"},
-		{"odd groups", int4Request(256, 2880, 4096), hopper(), "in_features=2880 is not a multiple of 128"},
+		{"half a group of 64", halfGroups, hopper(), "in_features=2080 is not a multiple of 64"},
 		{"few tokens", int4Request(16, 4096, 4096), hopper(), "17 or more tokens, not 16"},
 		{"rows of x too long", int4Request(256, 57344+128, 4096), hopper(), "in_features=57472 is over 57344"},
 		{"rows not multiple of 8", int4Request(256, 4096, 4100), hopper(), "out_features=4100"},
@@ -244,7 +286,7 @@ func int32Of(t *testing.T, p sdk.Param) int32 {
 // the kernels read and write it, and fit an H100/H200.
 func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 	for _, req := range []sdk.Request{int4Request(33, 4096, 4096), int4Request(4096, 4096, 14336), int4Request(129, 640, 136),
-		int4Request(200, 2048, 4096), int4Request(136, 4096, 17416), int4Request(200, 4096, 1032), int4Request(256, 14336, 4096),
+		int4Request(200, 2048, 8192), int4Request(136, 4096, 17416), int4Request(200, 4096, 1032), int4Request(256, 14336, 4096),
 		int4Request(256, 8192, 28672), int4Request(256, 8192, 25600)} {
 		req.Bias = req.Tokens != 33 && req.Tokens != 4096
 		c := chooseWG(req, 132)
@@ -319,13 +361,13 @@ func TestWGMMALaunchesCoverTheRequest(t *testing.T) {
 		}
 		if c.Cluster {
 			// 33 tokens 4096² and 200 tokens 4096→1032: 64 and 17 row
-			// blocks of 64 in pairs; 200 tokens 2048→4096: 32 row blocks
-			// of 128. Each tile's two blocks are a cluster, which adds
-			// the shares itself.
+			// blocks of 64 in pairs; 200 tokens 2048→8192: 64 row blocks
+			// of 128 (in pairs they would be two waves). Each tile's two
+			// blocks are a cluster, which adds the shares itself.
 			wgs, rowBlocks := 1, 64 // 33 tokens 4096²
 			switch {
 			case req.InFeatures == 2048:
-				wgs, rowBlocks = 2, 32
+				wgs, rowBlocks = 2, 64
 			case req.Tokens == 200:
 				rowBlocks = 17
 			}
@@ -504,7 +546,7 @@ func TestStreamKPlansAreOnesTheKernelRuns(t *testing.T) {
 func TestWGRuleMatchesTheHarness(t *testing.T) {
 	seen := map[string]bool{}
 	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{17, 33, 64, 65, 100, 128, 129, 136, 150, 200, 256, 257, 300, 1000, 4096},
-		[]int{2, 3, 4, 5, 6, 8}, []int{32, 64, 128}, []int{128, 640, 1024, 3584, 4096, 8192, 14336, 28672, 57344},
+		[]int{2, 3, 4, 5, 6, 8}, []int{32, 64, 128}, []int{128, 640, 1024, 2880, 3584, 3712, 4096, 5760, 8192, 14336, 28672, 57344},
 		[]int{8, 136, 1032, 4096, 14336, 17416, 18944, 22016, 28032, 28160, 28672, 128256}, func(c harnessrule.Case) bool {
 			hw := hopper()
 			hw.Multiprocessors = c.SMs
@@ -538,12 +580,17 @@ func TestWGRuleMatchesTheHarness(t *testing.T) {
 		if l := c.launches(req); l.reduce != nil {
 			reduce = l.reduce.Grid[0]
 		}
-		return map[string]any{"AST": c.AST, "AW": aw, "BITS": c.Bits, "QGROUP": c.Group, "BN": c.BN, "FSETS": c.FSets,
+		oddK := 0
+		if c.OddK {
+			oddK = 1
+			seen["ODDK"] = true
+		}
+		return map[string]any{"AST": c.AST, "AW": aw, "BITS": c.Bits, "QGROUP": c.Group, "ODDK": oddK, "BN": c.BN, "FSETS": c.FSets,
 			"STAGES": c.Stages, "WGS": c.WGS, "XPREP_THREADS": c.xprepThreads(), "band": c.Band, "cluster": cluster,
 			"full": c.Full, "grid": c.mainBlocks(req), "reduce": reduce, "sk": c.StreamK, "splits": c.Splits,
 			"workspace": c.workspaceBytes(req), "smem": c.sharedBytes()}
 	})
-	for _, k := range []string{"stream-K", "cluster", "split tail in 2", "split tail in 3", "split tail in 4", "whole last wave"} {
+	for _, k := range []string{"stream-K", "cluster", "split tail in 2", "split tail in 3", "split tail in 4", "whole last wave", "ODDK"} {
 		assert.True(t, seen[k], "the sweep reaches a %s", k)
 	}
 }

@@ -74,18 +74,32 @@ func GPURequests() []sdk.Request {
 		a(200, 4096, 1032, 4, 64, true),   // 64-row tiles, K in two shares summed within a cluster
 		a(400, 4096, 1032, 4, 64, false),  // the same over two token tiles, the second partial
 		a(96, 4096, 2056, 4, 64, true),    // 128-token tiles in pairs, a partial row block
-		a(72, 2048, 4104, 4, 64, false),   // 128-token tiles, K in two shares a cluster, a partial row block
+		a(72, 2048, 4104, 4, 64, false),   // 128-token tiles in pairs (32 groups: two shares of 16), a partial row block
 		a(48, 4096, 4104, 8, 64, false),   // qmm/wgmma at 8 bits: 64-token tiles in pairs, a partial row block
-		a(160, 2048, 1032, 8, 64, true),   // 8 bits: 256-token tiles, K in two shares a cluster
+		a(160, 2048, 1032, 8, 64, true),   // 8 bits: 256-token tiles in pairs
+		a(160, 2048, 8200, 8, 64, true),   // 8 bits: 256-token tiles of 128 rows, K in two shares a cluster, a partial row block
 		a(300, 1152, 2048, 8, 64, false),  // 8 bits: 18 groups (scales copied in pairs), two token tiles
 		a(256, 4096, 1032, 8, 64, false),  // 8 bits: 256-token tiles in pairs
-		a(160, 2048, 1032, 2, 64, true),   // 2 bits (general unpacking): 256-token tiles, K in two shares a cluster, whose shares outgrow the rings
+		a(160, 2048, 1032, 2, 64, true),   // 2 bits (general unpacking): 256-token tiles in pairs
+		a(160, 2048, 8192, 2, 64, true),   // 2 bits: 256-token tiles of 128 rows, K in two shares a cluster, whose shares outgrow the rings
 		a(300, 1152, 2048, 3, 64, false),  // 3 bits: 18 groups (a last weight stage of 2), two token tiles
 		a(150, 4096, 25464, 5, 64, true),  // 5 bits: a whole wave, then the rest shared by stream-K blocks
 		a(256, 4096, 14336, 4, 32, false), // groups of 32: 256-token tiles, one weight stage fewer (the scales take the room)
 		a(130, 1280, 1032, 4, 128, true),  // groups of 128: a last weight stage of 4 groups of 64 inputs, scales copied in pairs
 		a(70, 4096, 1032, 6, 32, true),    // 6 bits in groups of 32
 		a(120, 8192, 1544, 4, 64, true),   // xprep in 256-thread blocks at the top of their range (8192 inputs), a partial row block
+		// qmm/wgmma where in_features is not a multiple of 2·max(64, group)
+		// (its ODDK variants): gpt-oss's 2880 inputs (45 groups of 64, an
+		// odd last weight stage, rows whose scales start at an odd entry),
+		// 3- and 5-bit rows that are not whole 16-byte pieces, an odd number
+		// of groups of 128
+		a(256, 2880, 4096, 4, 64, true),   // 256-token tiles, K in two shares a cluster
+		a(300, 2880, 2056, 3, 64, false),  // 3 bits, two token tiles
+		a(200, 2880, 1032, 5, 32, true),   // 5 bits in groups of 32
+		a(136, 2880, 17416, 4, 64, true),  // a whole wave, then the rest split in 2 (sums through the workspace)
+		a(150, 5760, 25464, 5, 128, true), // 45 groups of 128: a whole wave, then stream-K
+		a(129, 3712, 1032, 6, 128, false), // 29 groups of 128, two scales a stage row (4-byte windows)
+		a(300, 1088, 2056, 2, 32, false),  // 17 groups of 64 at 2 bits
 		a(16, 4096, 4104, 4, 64, true),    // qmm/stream at 16 tokens, a partial row block
 		a(136, 4096, 17416, 4, 64, true),  // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(150, 4096, 25464, 4, 64, true),  // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles

@@ -57,9 +57,10 @@
 // int counters and a ticket (rounded up to 16 bytes), which xprep clears as
 // its `counters`,
 // then sk partials of NACC * WGS * 128 floats.
-// Needs in_features a multiple of 128 (scales are copied in pairs of
-// groups, so at least two groups) and, with QGROUP 128, of 256 (an even
-// number of quantisation groups), out_features a multiple of 8, band >= 1,
+// Needs in_features a multiple of 64 and of QGROUP and, unless compiled
+// with ODDK, of 2 * max(64, QGROUP) (without it scales are copied in pairs
+// of entries, from an even one, and 3- and 5-bit rows in 16-byte pieces),
+// out_features a multiple of 8, band >= 1,
 // splits >= 1 and 0 <= full <= T, with full == 0 unless ceil(tokens/BN) == 1
 // or stream-K.
 //
@@ -131,7 +132,8 @@
 // placed at once, bench/NOTES.md, and the epilogue's exchange now serves
 // pairs only), STREAMK (0, or 1 for the stream-K tail: without it the
 // kernel is the one-segment code alone, which the compiler keeps tighter,
-// bench/NOTES.md, fifteenth session), KC_TIMELINE (diagnostics:
+// bench/NOTES.md, fifteenth session), ODDK (0, or 1 where in_features is
+// not a multiple of 2 * max(64, QGROUP): see its definition), KC_TIMELINE (diagnostics:
 // scripts/wg_timeline.py).
 
 typedef unsigned int u32;
@@ -237,8 +239,24 @@ typedef unsigned long long u64;
 // their bytes. xprep lays x out by the same pairs.
 #define PD (BITS == 2 || BITS == 3 || BITS == 5 ? 8 : 4)
 #define SG (AG * GROUP / QGROUP)             // scales (and biases) of a row in a weight stage
-#define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][SG] and biases [ROWS][SG], bf16
-#define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * SG))
+// ODDK (0 or 1): in_features is not a multiple of 2 * max(64, QGROUP), as
+// gpt-oss's 2880 (45 groups of 64): a row's scales may start at any entry
+// (an odd number of them a row), a last weight stage may hold an odd
+// number of groups, and at 3 and 5 bits rows are not whole 16-byte pieces.
+// Such variants copy 8-byte pieces of weights at 3 and 5 bits, and each
+// row's scales and biases as a window of SCP-entry pieces from the piece
+// holding its first entry; the row keeps SCP entries more (SROW), and a
+// lane reads from its rows' offset in the window (kc_scale_shift).
+#ifndef ODDK
+#define ODDK 0
+#endif
+#if ODDK != 0 && ODDK != 1
+#error "ODDK must be 0 or 1"
+#endif
+#define SCP (SG % 4 == 0 ? 4 : 2)             // ODDK: scale entries a copy (8 or 4 bytes); divides SG
+#define SROW (SG + (ODDK ? SCP : 0))          // entries a stage row keeps for its scales (and biases)
+#define ASCALE_OFF (ROWS * AROW_BYTES)        // then scales [ROWS][SROW] and biases [ROWS][SROW], bf16
+#define ASTAGE_BYTES (ROWS * (AROW_BYTES + 4 * SROW))
 #define RING_BYTES (STAGES * STAGE_BYTES + AST * ASTAGE_BYTES)
 #define KC_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define THREADS (WGS * 128 + 128)            // consumers, then the producer warpgroup
@@ -824,7 +842,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     const int bsz = min(band, row_blocks - bid * band);
     const int row0 = (bid * band + rem % bsz) * ROWS, tile = rem / bsz;
     // This block's groups: [g0, g0 + n), an even share of whole weight
-    // stages (so scale copies stay aligned to their 2*SG bytes); a share
+    // stages (so scale copies start at a multiple of SG entries); a share
     // is empty only when there are fewer stages than splits.
     const int wstages = (groups + AG - 1) / AG;
     const int g0 = split * wstages / nsplit * AG;
@@ -992,31 +1010,60 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                     if (h >= AST) kc_bar_wait(aempty0 + 8 * as, ((h / AST) + 1) & 1);
                     const u32 dst = abase + as * ASTAGE_BYTES;
                     const unsigned char* src = wsrc + (long long)g * GB;
-                    // 16-byte pieces of a row's AG groups (ng: an even number of
-                    // groups, so whole pieces at 3 and 5 bits too)
-                    constexpr int PR = AG * GB / 16;
+                    // WPB-byte pieces of a row's AG groups: 16 bytes, or 8 at 3
+                    // and 5 bits with ODDK, whose rows and odd groups are not
+                    // whole 16-byte pieces (without ODDK ng is even there).
+                    constexpr int WPB = ODDK && (BITS == 3 || BITS == 5) ? 8 : 16;
+                    constexpr int PR = AG * GB / WPB;
+                    auto piece = [&](int r, int k) {
+                        const long long row = min(r0 + r, out_features - 1);
+                        if (WPB == 16)
+                            kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
+                        else
+                            kc_cp8(dst + r * AROW_BYTES + k * 8, src + row * row_bytes + k * 8);
+                    };
                     if (ng == AG) {
 #pragma unroll 8
-                        for (int c = pl; c < ROWS * PR; c += 32 * AW) {
-                            const int r = c / PR, k = c % PR;
-                            const long long row = min(r0 + r, out_features - 1);
-                            kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
-                        }
+                        for (int c = pl; c < ROWS * PR; c += 32 * AW) piece(c / PR, c % PR);
                     } else {
-                        const int pn = ng * GB / 16;
-                        for (int c = pl; c < ROWS * pn; c += 32 * AW) {
-                            const int r = c / pn, k = c % pn;
-                            const long long row = min(r0 + r, out_features - 1);
-                            kc_cp16(dst + r * AROW_BYTES + k * 16, src + row * row_bytes + k * 16);
-                        }
+                        const int pn = ng * GB / WPB;
+                        for (int c = pl; c < ROWS * pn; c += 32 * AW) piece(c / pn, c % pn);
                     }
-                    // Scales then biases, [ROWS][SG] each, from entry sg of
-                    // each row's qgroups: the row's 2*SG bytes in copies of up to
-                    // 16 when every row's run is that aligned (qgroups a multiple
-                    // of SG), else 4-byte ones (qgroups and sg are even: at 128
-                    // inputs a group the plan admits an even number of them).
+                    // Scales then biases, [ROWS][SROW] each, from entry sg of
+                    // each row's qgroups (sg a multiple of SG: stages, and so
+                    // shares and stream-K segments, start at multiples of AG
+                    // groups).
                     const u32 sdst = dst + ASCALE_OFF;
                     const int sg = g * GROUP / QGROUP;
+#if ODDK
+                    // A window of SCP-entry pieces from the one holding the
+                    // row's first entry e0, which lands at e0 % SCP in the
+                    // window (kc_scale_shift). The last piece holds an entry
+                    // of the row's run, so it lies inside the array (a
+                    // multiple of 16 bytes: out_features is a multiple of 8).
+                    {
+                        const int cnt = ng * GROUP / QGROUP;           // the stage's entries a row
+                        constexpr int SN = SG / SCP + 1;               // pieces a row at most
+                        for (int c = pl; c < 2 * ROWS * SN; c += 32 * AW) {
+                            const int arr = c / (ROWS * SN), rr = c % (ROWS * SN), r = rr / SN, k = rr % SN;
+                            const long long row = min(r0 + r, out_features - 1);
+                            const long long e0 = row * qgroups + sg;
+                            const int sh = (int)(e0 % SCP);
+                            if (k * SCP >= sh + cnt) continue;
+                            const u32 d = sdst + (arr * ROWS + r) * (2 * SROW) + k * (2 * SCP);
+                            const u16* src = (arr ? biases : scales) + (e0 - sh + k * SCP);
+                            if (SCP == 4)
+                                kc_cp8(d, src);
+                            else
+                                kc_cp4(d, src);
+                        }
+                    }
+#else
+                    // The row's 2*SG bytes in copies of up to 16 when every
+                    // row's run is that aligned (qgroups a multiple of SG),
+                    // else 4-byte ones (qgroups and sg are even: without
+                    // ODDK, at 128 inputs a group there is an even number
+                    // of them, and at 32 or 64 an even number of groups).
                     if (groups % AG == 0) {
                         constexpr int SP = 2 * SG >= 16 ? 16 : 2 * SG, SN = 2 * SG / SP;   // bytes a copy, copies a row
                         for (int c = pl; c < 2 * ROWS * SN; c += 32 * AW) {
@@ -1040,6 +1087,7 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
                             kc_cp4(sdst + (arr * ROWS + r) * (2 * SG) + 4 * k, (arr ? biases : scales) + row * qgroups + sg + 2 * k);
                         }
                     }
+#endif
                     kc_cp_arrive(afull0 + 8 * as);
                 }
             }
@@ -1079,11 +1127,20 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // The lane's entry in a stage row's scales for group c: with QGROUP 32
     // a group of 64 inputs has two, and the lane's run is in the first
     // (tig 0, 1) or the second; with 128 two groups share one.
+    // With ODDK the rows' entries start kc_scale_shift into their windows:
+    // row0 + rl0's first entry of a stage is (row0 + rl0) * qgroups + sg,
+    // where row0 (a multiple of 64) and sg (of SG) are multiples of SCP;
+    // rl0 + 8 is at the same offset.
+#if ODDK
+    const int kc_scale_shift = rl0 * (in_features / QGROUP) % SCP;
+#else
+    constexpr int kc_scale_shift = 0;
+#endif
     auto scaling = [&](int c) {
-        const int e = QGROUP == 32 ? 2 * (c % AG) + (tig >> 1) : (c % AG) * GROUP / QGROUP;
-        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + ASCALE_OFF + rl0 * (2 * SG) + e * 2;
+        const int e = kc_scale_shift + (QGROUP == 32 ? 2 * (c % AG) + (tig >> 1) : (c % AG) * GROUP / QGROUP);
+        const unsigned char* a = abuf + ((c / AG) % AST) * ASTAGE_BYTES + ASCALE_OFF + rl0 * (2 * SROW) + e * 2;
         const u16* p = reinterpret_cast<const u16*>(a);
-        const int row8 = 8 * SG, arr = ROWS * SG;   // in u16 units
+        const int row8 = 8 * SROW, arr = ROWS * SROW;   // in u16 units
         return uint4{p[0], p[row8], p[arr], p[arr + row8]};
     };
 
