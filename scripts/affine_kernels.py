@@ -140,7 +140,8 @@ STREAM_BITS = (2, 3, 4, 5, 6, 8)
 def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms: int | None = None,
                   **over) -> dict | None:
     """Macros for affine_stream (tokens 1..32), or None when it does not apply (no step of
-    whole 16-byte pieces per row dividing the groups: stream_step_groups).
+    whole 16-byte pieces per row dividing the groups, stream_step_groups, nor a last step
+    of fewer groups in whole pieces, stream_tail_step: TAIL).
 
     Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp,
     128-byte steps, two ring slots, four warps per block (eight when that
@@ -153,9 +154,11 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     sms = sms or SMS
     groups = in_f // group
     gbytes = group * bits // 8
-    u = stream_step_groups(bits, group, groups)
+    u, tail = stream_step_groups(bits, group, groups), 0
     if u is None:
-        return None
+        u, tail = stream_tail_step(bits, group, groups)
+        if u is None:
+            return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
     def blocks_of(mt):
         return -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
@@ -167,6 +170,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     while kw > 1 and groups // u < 2 * kw:
         kw //= 2
     cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)
+    if tail:
+        cfg["TAIL"] = tail
     if (not general and nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32)
             and (16 // kw) * (stream_smem_bytes(cfg) + 1024) <= 228 * 1024):
         cfg["MINB"] = 16 // kw   # 16 warps per SM at decode once the grid exceeds the SMs (if they fit)
@@ -186,7 +191,7 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     if cfg.get("SPK", 0):
         del cfg["SPK"]   # the kernel's default
     line = 128 if bits in (4, 8) else 16
-    if (groups % cfg["U"] or cfg["U"] < 2 or (cfg["U"] * gbytes) % line or cfg["U"] * gbytes > 512
+    if (groups % cfg["U"] != cfg.get("TAIL", 0) or cfg["U"] < 2 or (cfg["U"] * gbytes) % line or cfg["U"] * gbytes > 512
             or (cfg["MT"] == 4 and cfg["NT"] != 1)):
         return None
     return cfg
@@ -204,6 +209,28 @@ def stream_step_groups(bits: int, group: int, groups: int) -> int | None:
     return next((u for u in ok if u * gbytes >= 64), ok[-1] if ok else None)
 
 
+def stream_tail_step(bits: int, group: int, groups: int) -> tuple[int | None, int]:
+    """(U, TAIL) of affine_stream where no step divides the row's groups: the step
+    stream_step_groups would prefer without divisibility, where a row and the last step's
+    TAIL groups are whole 16-byte pieces; (None, 0) where not (Go: streamTailStep)."""
+    gbytes = group * bits // 8
+    if groups * gbytes % 16:
+        return None, 0
+    u = None
+    if bits in (4, 8):
+        u = next((v for v in (128 // gbytes, 256 // gbytes) if v >= 2), None)
+    else:
+        for v in (2, 4, 8, 16):
+            if v * gbytes % 16 or v * gbytes > 512:
+                continue
+            u = v
+            if v * gbytes >= 64:
+                break
+    if u is None or groups % u * gbytes % 16:
+        return None, 0
+    return u, groups % u
+
+
 def stream_smem_bytes(cfg: dict) -> int:
     rows = 16 * cfg["MT"]
     gbytes = cfg["GROUP"] * cfg["BITS"] // 8
@@ -211,6 +238,8 @@ def stream_smem_bytes(cfg: dict) -> int:
     seg = cfg["U"] * gbytes
     wstride = seg + (16 if wpt == 8 or cfg["BITS"] not in (4, 8) else 16 * wpt)
     sstride = max(16, 2 * cfg["U"])
+    if cfg.get("TAIL"):
+        sstride = (2 * cfg["U"] + 4 + 15) // 16 * 16   # a window of U + 2 entries
     slot = rows * wstride + 2 * rows * sstride + cfg.get("XT", 0) * (2 * cfg["U"] * cfg["GROUP"] + 16)
     ring = cfg["KW"] * cfg["D"] * slot
     red = 4 * cfg["KW"] * rows * 8 * cfg["NT"] if cfg["KW"] > 1 else 0
@@ -921,6 +950,11 @@ CORRECTNESS_SHAPES = [
 ]
 BITS_ALL = (2, 3, 4, 5, 6, 8)
 GROUPS_ALL = (32, 64, 128)
+# Rows whose groups no stream step divides (the stream kernel's TAIL):
+# gpt-oss's 2880 inputs (45 groups of 64, whose scales start at odd entries
+# on odd rows) at 4, 8, 6 and 2 bits, and 9 groups of 128.
+TAIL_CASES = [(2880, 5120, 4, 64, False), (2880, 1032, 8, 64, True), (2880, 2056, 6, 64, False),
+              (2880, 520, 2, 64, True), (1152, 1032, 4, 128, True)]
 
 
 def correctness_cases(quick: bool):
@@ -940,6 +974,7 @@ def correctness_cases(quick: bool):
     for b, g in combos:   # top up any pair the shape list skipped
         if (b, g) not in seen:
             cases.append((1024, 1032, b, g, True))
+    cases += TAIL_CASES
     if quick:
         cases = [c for c in cases if c[0] * c[1] <= 8192 * 8192][:8]
     return cases

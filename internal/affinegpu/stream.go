@@ -34,10 +34,22 @@ type StreamConfig struct {
 	D           int // ring slots per warp
 	MinB        int // blocks per SM the register allocation must allow
 	XT          int // token rows of x that travel in the ring (0: x read from global memory)
+	// Tail is the groups of a row's last step where U does not divide the
+	// row's groups (the TAIL macro; 0: it does), as at gpt-oss's 2880
+	// inputs (45 groups of 64). The kernel then copies each row's scales
+	// and biases as a window of 4-byte pieces (a row's first entry may be
+	// odd).
+	Tail int
 }
 
 // ChooseStream picks the stream variant for req on a GPU with sms
-// multiprocessors, or says why the kernel does not serve req.
+// multiprocessors, or says why the kernel does not serve req. Where no
+// step divides the row's groups, the last step holds fewer (Tail): at
+// gpt-oss's 2880 inputs that took 2 to 32 tokens from `gemv` and `qmm`
+// alone to this kernel, 2880² at four tokens 5.6 µs against 7.9, at 6
+// bits 5.2 against 9.7 (bench/NOTES.md, thirty-third session); at one
+// token 4 and 8 bits 2880→5120 it was slower than `gemv` (9.6 against
+// 7.0 µs), which the tuner weighs.
 func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	if req.Tokens > StreamMaxTokens {
@@ -45,10 +57,14 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	}
 	groups := req.InFeatures / group
 	// Whole steps of whole 16-byte pieces make rows of whole pieces too,
-	// which the copies need.
-	u := streamStepGroups(bits, group, groups)
+	// which the copies need; else a last step of fewer groups, where rows
+	// and that step are whole pieces.
+	u, tail := streamStepGroups(bits, group, groups), 0
 	if u == 0 {
-		return StreamConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into steps of whole 16-byte pieces (128 or 256 bytes at 4 and 8 bits)", groups)
+		u, tail = streamTailStep(bits, group, groups)
+		if u == 0 {
+			return StreamConfig{}, fmt.Sprintf("in_features/group_size=%d groups do not split into steps of whole 16-byte pieces (128 or 256 bytes at 4 and 8 bits), nor leave a last step of whole pieces", groups)
+		}
 	}
 	nt := 4
 	switch {
@@ -92,7 +108,7 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	// do the other widths, whose unpacking takes 190-250 registers.
 	// Only when shared memory lets that many blocks reside (an SM has
 	// 228 KiB, 1 KiB of it reserved per block).
-	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: 1}
+	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: 1, Tail: tail}
 	if !general && nt == 1 && blocks > sms && (kw == 4 || kw == 8) && !(bits == 4 && group == 32) &&
 		(16/kw)*(cfg.SharedBytes()+1024) <= streamSMShared {
 		cfg.MinB = 16 / kw
@@ -144,6 +160,43 @@ func streamStepGroups(bits, group, groups int) int {
 	return last
 }
 
+// streamTailStep is the groups per step (U) and of the last step (Tail)
+// where no step divides the row's groups (streamStepGroups gives 0): the
+// step streamStepGroups would prefer were divisibility not asked (128
+// packed bytes a row at 4 and 8 bits, else 256; at the other widths the
+// fewest groups of whole 16-byte pieces making 64 bytes, else the most),
+// where a row is whole 16-byte pieces and so are the last step's groups
+// (4 and 8 bits, and 2 and 6 bits at gpt-oss's 2880 inputs; not 3 and 5
+// bits there, whose rows are 1080 and 1800 bytes). 0, 0 where not.
+func streamTailStep(bits, group, groups int) (u, tail int) {
+	gbytes := group * bits / 8
+	if groups*gbytes%16 != 0 {
+		return 0, 0
+	}
+	if bits == 4 || bits == 8 {
+		for _, v := range []int{128 / gbytes, 256 / gbytes} {
+			if v >= 2 {
+				u = v
+				break
+			}
+		}
+	} else {
+		for _, v := range []int{2, 4, 8, 16} {
+			if v*gbytes%16 != 0 || v*gbytes > 512 {
+				continue
+			}
+			u = v
+			if v*gbytes >= 64 {
+				break
+			}
+		}
+	}
+	if u == 0 || groups%u*gbytes%16 != 0 {
+		return 0, 0
+	}
+	return u, groups % u
+}
+
 // streamMaxShared bounds a variant's dynamic shared memory (H100/H200
 // allow 227 KiB per block); streamSMShared is an SM's shared memory.
 const (
@@ -153,8 +206,12 @@ const (
 
 // Defines are the kernel's -D macros.
 func (c StreamConfig) Defines() map[string]int {
-	return map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "NT": c.NT, "KW": c.KW, "U": c.U, "D": c.D,
+	d := map[string]int{"BITS": c.Bits, "GROUP": c.Group, "MT": c.MT, "NT": c.NT, "KW": c.KW, "U": c.U, "D": c.D,
 		"MINB": max(c.MinB, 1), "XT": c.XT}
+	if c.Tail > 0 {
+		d["TAIL"] = c.Tail
+	}
+	return d
 }
 
 // Variant is the kernel variant to compile: entry point and macros.
@@ -172,7 +229,11 @@ func (c StreamConfig) SharedBytes() int {
 	if wpt == 8 || (c.Bits != 4 && c.Bits != 8) {
 		pad = 16
 	}
-	slot := rows*(seg+pad) + 2*rows*max(16, 2*c.U) + c.XT*(2*c.U*c.Group+16)
+	sstride := max(16, 2*c.U)
+	if c.Tail > 0 {
+		sstride = (2*c.U + 4 + 15) / 16 * 16 // a window of U + 2 entries
+	}
+	slot := rows*(seg+pad) + 2*rows*sstride + c.XT*(2*c.U*c.Group+16)
 	ring := c.KW * c.D * slot
 	red := 0
 	if c.KW > 1 {
@@ -189,7 +250,7 @@ func (c StreamConfig) Launch(req sdk.Request) (grid, block [3]uint32, shared uin
 
 // Describe names the variant for logs.
 func (c StreamConfig) Describe() string {
-	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d MINB=%d XT=%d", c.MT, c.NT, c.KW, c.U, c.D, max(c.MinB, 1), c.XT)
+	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d MINB=%d XT=%d TAIL=%d", c.MT, c.NT, c.KW, c.U, c.D, max(c.MinB, 1), c.XT, c.Tail)
 }
 
 // AdmitStream picks the stream variant for req on hw, or says why the

@@ -22,19 +22,54 @@ func TestChooseStreamSaysWhyItDoesNotServe(t *testing.T) {
 		req  sdk.Request
 		want string
 	}{
-		// 6 bits: 3 groups of 48 bytes, and no step of whole 16-byte
-		// pieces divides them (nor, at 3 bits, 3 groups of 12).
+		// 3 bits: 3 groups of 12 bytes, a row of 36: no step of whole
+		// 16-byte pieces divides them, and the row is not whole pieces
+		// for a last step of fewer groups.
 		{streamRequest(1, 96, 64, 3, 32), "in_features/group_size=3"},
-		{streamRequest(1, 192, 64, 6, 64), "in_features/group_size=3"},
 		{streamRequest(33, 4096, 4096, 4, 64), "1 to 32 tokens, not 33"},
-		// 45 groups of 32 bytes: no 128- or 256-byte step divides the row.
-		{streamRequest(1, 2880, 2880, 4, 64), "in_features/group_size=45"},
-		// 8-bit group 128: one group per 128 bytes would move 2 bytes of
-		// scales per row and step, below cp.async's 4.
-		{streamRequest(1, 128*3, 64, 8, 128), "in_features/group_size=3"},
+		// gpt-oss's 2880 inputs at 3 and 5 bits: 45 groups of 24 and 40
+		// bytes, rows of 1080 and 1800.
+		{streamRequest(1, 2880, 2880, 3, 64), "in_features/group_size=45"},
+		{streamRequest(9, 2880, 2880, 5, 64), "in_features/group_size=45"},
 	} {
 		_, why := ChooseStream(c.req, 132)
 		assert.Contains(t, why, c.want, c.req.Key())
+	}
+}
+
+// Where no step divides a row's groups (gpt-oss's 2880 inputs: 45 groups
+// of 64), the rule's step with a last step of fewer groups (TAIL), at the
+// widths whose rows and last steps are whole 16-byte pieces; the scales'
+// windows take 4 bytes more a row, rounded up to 16. Shapes that a step
+// divides keep their cache keys.
+func TestChooseStreamTakesALastStepOfFewerGroups(t *testing.T) {
+	for _, c := range []struct {
+		req     sdk.Request
+		u, tail int
+	}{
+		{streamRequest(1, 2880, 5120, 4, 64), 4, 1},
+		{streamRequest(16, 2880, 2880, 4, 64), 4, 1},
+		{streamRequest(4, 2880, 4096, 4, 32), 8, 2},
+		{streamRequest(1, 2880, 4096, 8, 64), 2, 1},
+		{streamRequest(32, 2880, 4096, 6, 64), 2, 1},
+		{streamRequest(1, 2880, 4096, 2, 64), 4, 1},
+		{streamRequest(3, 1152, 1032, 4, 128), 2, 1},
+	} {
+		cfg, why := ChooseStream(c.req, 132)
+		require.Empty(t, why, c.req.Key())
+		assert.Equal(t, []int{c.u, c.tail}, []int{cfg.U, cfg.Tail}, c.req.Key())
+		assert.Equal(t, c.tail, cfg.Defines()["TAIL"], c.req.Key())
+		whole := cfg
+		whole.Tail = 0
+		sstride := max(16, 2*cfg.U)
+		window := (2*cfg.U + 4 + 15) / 16 * 16
+		assert.Equal(t, cfg.KW*cfg.D*2*16*cfg.MT*(window-sstride), cfg.SharedBytes()-whole.SharedBytes(), c.req.Key())
+	}
+	for _, req := range []sdk.Request{streamRequest(1, 4096, 4096, 4, 64), streamRequest(16, 2048, 4096, 6, 64)} {
+		cfg, why := ChooseStream(req, 132)
+		require.Empty(t, why, req.Key())
+		assert.Zero(t, cfg.Tail, req.Key())
+		assert.NotContains(t, cfg.Defines(), "TAIL", "%s keeps its cache key", req.Key())
 	}
 }
 
@@ -109,9 +144,13 @@ func TestStreamVariantsFitTheGPU(t *testing.T) {
 		}
 		assert.Zero(t, seg%line, "%s: step of %d bytes", req.Key(), seg)
 		assert.LessOrEqual(t, seg, 512, "%s: a row's step is one warp instruction's copy", req.Key())
-		assert.Zero(t, groups%cfg.U, req.Key())
+		assert.Equal(t, cfg.Tail, groups%cfg.U, req.Key())
 		assert.GreaterOrEqual(t, 2*cfg.U, 4, req.Key())
-		assert.GreaterOrEqual(t, groups/cfg.U, cfg.KW, "%s: a warp without steps", req.Key())
+		assert.GreaterOrEqual(t, ceilDiv(groups, cfg.U), cfg.KW, "%s: a warp without steps", req.Key())
+		if cfg.Tail > 0 {
+			assert.Zero(t, groups*cfg.Group*cfg.Bits/8%16, "%s: rows of whole 16-byte pieces", req.Key())
+			assert.Zero(t, cfg.Tail*cfg.Group*cfg.Bits/8%16, "%s: a last step of whole pieces", req.Key())
+		}
 		assert.LessOrEqual(t, cfg.SharedBytes(), 227<<10, req.Key())
 		grid, _, _ := cfg.Launch(req)
 		assert.GreaterOrEqual(t, int(grid[1])*8*cfg.NT, req.Tokens, "%s: token tiles cover every token", req.Key())

@@ -46,7 +46,7 @@ func TestStreamCandidateRefusesWhatTheKernelCannotCopy(t *testing.T) {
 		hw   device.Profile
 		want string
 	}{
-		{"three groups of 48 bytes", plugintest.AffineRequest(16, 192, 64, 6, 64, false), hopper(), "in_features/group_size=3"},
+		{"45 groups of 24 bytes", plugintest.AffineRequest(16, 2880, 64, 3, 64, false), hopper(), "in_features/group_size=45"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			adm := qmmStream{}.Admit(c.req, c.hw)

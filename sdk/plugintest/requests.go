@@ -64,6 +64,11 @@ func GPURequests() []sdk.Request {
 		a(12, 4096, 4096, 8, 32, false),
 		a(24, 2048, 8192, 4, 128, true),
 		a(29, 5120, 1032, 4, 64, false),
+		// the stream kernel where no step divides a row's groups (TAIL):
+		// gpt-oss's 2880 inputs, 45 groups of 64
+		a(1, 2880, 5120, 4, 64, false),
+		a(16, 2880, 4096, 8, 64, true),
+		a(5, 2880, 2056, 6, 64, true),
 		// the Hopper wgmma kernel: 4 (and below, 8, 2, 3, 5 and 6) bits, 17+ tokens, partial tiles,
 		// groups not a multiple of 8 (1152, 640), out not a multiple of 128,
 		// each of its 64-, 128- and 256-token tiles

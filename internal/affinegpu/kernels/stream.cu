@@ -31,7 +31,14 @@
 //   U      groups per step (2..16, a power of two): SEG = U*GROUP*BITS/8
 //          packed bytes per row and step: 128, 256 or 512 at 4 and 8 bits,
 //          whole 16-byte pieces (at most 32) at the other widths (96 at 6
-//          bits group 64, say); in/GROUP % U == 0
+//          bits group 64, say); in/GROUP % U == 0, or TAIL
+//   TAIL   0 (default), or in/GROUP % U: the row's last step holds TAIL
+//          groups (gpt-oss's 2880 inputs are 45 groups of 64). Rows must
+//          then be whole 16-byte pieces, and so must TAIL groups of a row;
+//          a row's scales start at any entry, so each row's scales and
+//          biases of a step are copied as a window of 4-byte pieces from
+//          the one holding its first entry (U/2 + 1 pieces, SSTRIDE below),
+//          and a lane realigns its rows' words by their offset in it
 //   D      ring slots per warp (2..4): D-1 steps are in flight while one is used
 //   MINB   blocks per SM the register allocation must allow (default 1)
 //   SPK    1 (default): read a step's scales and biases once per row as
@@ -47,7 +54,8 @@
 //   dynamic shared memory = max(KW*D*SLOT, KW > 1 ? 4*KW*ROWS*8*NT : 0) with
 //     WPT = GROUP*BITS/128, WSTRIDE = SEG + (WPT == 8 ? 16 : 16*WPT) at 4
 //     and 8 bits, SEG + 16 at the other widths,
-//     SSTRIDE = max(16, 2*U), XSTRIDE = 2*U*GROUP + 16,
+//     SSTRIDE = max(16, 2*U) (with TAIL, 2*U + 4 rounded up to 16),
+//     XSTRIDE = 2*U*GROUP + 16,
 //     SLOT = ROWS*WSTRIDE + 2*ROWS*SSTRIDE + XT*XSTRIDE
 //
 // METHOD
@@ -138,6 +146,12 @@ typedef unsigned short u16;
 #endif
 #if D < 2 || D > 4
 #error "D must be 2, 3 or 4"
+#endif
+#ifndef TAIL
+#define TAIL 0   // groups of the row's last step where U does not divide the row's groups (0: it does)
+#endif
+#if TAIL < 0 || TAIL >= U
+#error "TAIL must be 0..U-1"
 #endif
 
 #define VPT (GROUP / 4)              // values per lane, row and group
@@ -312,8 +326,15 @@ template <int N> KC_DEV void kc_wait() { asm volatile("cp.async.wait_group %0;" 
 #endif
 #define SSEG (2 * U)                         // scale bytes per row and step
 #define SW (U / 2)                           // 32-bit words of scales per row and step
+#if TAIL
+#define SCP 4                                // bytes per cp.async of scales: a window's pieces
+#define SSTRIDE ((SSEG + 4 + 15) / 16 * 16)  // a window: U + 2 entries
+#define SPR (U / 2 + 1)                      // scale copies per row (the window)
+#else
 #define SCP (SSEG < 16 ? SSEG : 16)          // bytes per cp.async of scales
 #define SSTRIDE (SSEG < 16 ? 16 : SSEG)
+#define SPR (SSEG / SCP)                     // scale copies per row
+#endif
 #define XSEG (U * GROUP * 2)                 // x bytes per token and step (XT > 0)
 #define XSTRIDE (XSEG + 16)                  // padding: conflict-free x reads for GROUP 64 (2-way for 32 and 128)
 #define XOFF (ROWS * WSTRIDE + 2 * ROWS * SSTRIDE)
@@ -342,9 +363,15 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     const int tig = lane & 3;
     const int row0 = blockIdx.x * ROWS;
     const int tok0 = blockIdx.y * (8 * NT);
-    const int groups = in / GROUP;                  // a multiple of U (host checks)
+    const int groups = in / GROUP;                  // a multiple of U, or TAIL more (host checks)
     const long long row_bytes = (long long)in * BITS / 8;
-    const int nsteps = groups / U;
+    const int nsteps = (groups + U - 1) / U;        // with TAIL, the last holds TAIL groups
+#if TAIL
+    // This lane's rows (16m + 8h + g of the block, row0 a multiple of 16)
+    // start their scales at entry row * groups: odd for odd rows when
+    // groups is odd, where the window holds them one entry in.
+    const int ssh = g & groups & 1;
+#endif
     unsigned char* ring = smem + warp * (D * SLOT);
     const u32 ring_s = kc_smem(ring);
     const unsigned char* wbytes = reinterpret_cast<const unsigned char*>(weight);
@@ -365,7 +392,6 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     constexpr bool LWHOLE = !KC_GENERAL;
     constexpr int RPI = 32 / LPR;                          // rows a warp instruction
     constexpr int NCP = LWHOLE ? ROWS * LPR / 32 : 1;     // sources kept per lane
-    constexpr int SPR = SSEG / SCP;                     // scale copies per row
     constexpr int NSC = (2 * ROWS * SPR + 31) / 32;     // scale copies per lane and step
     const unsigned char* wsrc[NCP];
     u32 wdst;
@@ -384,19 +410,34 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     const int rsub = lane / LPR;        // this lane's first row (idle from RPI on)
     const u16* ssrc[NSC];
     u32 sdst[NSC];
+#if TAIL
+    int sfrom[NSC];   // the first of the copy's two entries, counted from the row's first of the step (-1 or more)
+#endif
 #pragma unroll
     for (int i = 0; i < NSC; ++i) {
         const int c = min(lane + 32 * i, 2 * ROWS * SPR - 1);
         const int which = c / (ROWS * SPR);                 // 0 scales, 1 biases
         const int rc = c - which * ROWS * SPR;
         const int r = rc / SPR, part = rc - r * SPR;
+#if TAIL
+        const long long e0 = (long long)min(row0 + r, out - 1) * groups;   // the row's first entry
+        ssrc[i] = (which ? biases : scales) + (e0 & ~1ll) + part * 2;
+        sfrom[i] = part * 2 - (int)(e0 & 1);
+#else
         ssrc[i] = (which ? biases : scales) + (long long)min(row0 + r, out - 1) * groups + part * (SCP / 2);
+#endif
         sdst[i] = ring_s + ROWS * WSTRIDE + (which * ROWS + r) * SSTRIDE + part * SCP;
     }
     auto issue = [&](int d, int st) {
         const u32 off = d * SLOT;
         const long long wo = (long long)st * SEG;
-        if constexpr (LWHOLE) {
+        // With TAIL the last step holds TAIL groups: only the pieces, x and
+        // scale entries that lie inside the row are copied (the rest of the
+        // slot is never read).
+        const int ng = TAIL && st == nsteps - 1 ? TAIL : U;
+        if (TAIL && (lane % LPR) * 16 >= ng * GBYTES) {
+            // this lane's piece is past the row's end
+        } else if constexpr (LWHOLE) {
 #pragma unroll
             for (int i = 0; i < NCP; ++i)
                 kc_cp16(wdst + off + i * (32 / LPR) * WSTRIDE, wsrc[i] + wo);
@@ -415,13 +456,19 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
 #pragma unroll
         for (int c = lane; c < XT * XPR; c += 32) {
             const int r = c / XPR, k = c - r * XPR;
-            kc_cp16(ring_s + off + XOFF + r * XSTRIDE + k * 16,
-                    x + (long long)min(tok0 + r, tokens - 1) * in + (long long)st * U * GROUP + k * 8);
+            if (!TAIL || k < ng * (XPR / U))
+                kc_cp16(ring_s + off + XOFF + r * XSTRIDE + k * 16,
+                        x + (long long)min(tok0 + r, tokens - 1) * in + (long long)st * U * GROUP + k * 8);
         }
 #endif
 #pragma unroll
         for (int i = 0; i < NSC; ++i) {
-            if ((2 * ROWS * SPR) % 32 == 0 || lane + 32 * i < 2 * ROWS * SPR) {
+#if TAIL
+            if (((2 * ROWS * SPR) % 32 == 0 || lane + 32 * i < 2 * ROWS * SPR) && sfrom[i] < ng)
+#else
+            if ((2 * ROWS * SPR) % 32 == 0 || lane + 32 * i < 2 * ROWS * SPR)
+#endif
+            {
 #if SCP == 16
                 kc_cp16(sdst[i] + off, ssrc[i] + st * U);
 #elif SCP == 8
@@ -583,9 +630,14 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
             const float b1 = fmaf(-OFFSET, s1, kc_half(bw[m][1][u >> 1], u & 1));
 #else
             const int r0 = 16 * m + g, r1 = r0 + 8;
-            const float s0 = kc_bf16(sc[r0 * (SSTRIDE / 2) + u]), s1 = kc_bf16(sc[r1 * (SSTRIDE / 2) + u]);
-            const float b0 = fmaf(-OFFSET, s0, kc_bf16(sc[(ROWS + r0) * (SSTRIDE / 2) + u]));
-            const float b1 = fmaf(-OFFSET, s1, kc_bf16(sc[(ROWS + r1) * (SSTRIDE / 2) + u]));
+#if TAIL
+            const int us = u + ssh;   // the entry in the rows' windows
+#else
+            const int us = u;
+#endif
+            const float s0 = kc_bf16(sc[r0 * (SSTRIDE / 2) + us]), s1 = kc_bf16(sc[r1 * (SSTRIDE / 2) + us]);
+            const float b0 = fmaf(-OFFSET, s0, kc_bf16(sc[(ROWS + r0) * (SSTRIDE / 2) + us]));
+            const float b1 = fmaf(-OFFSET, s1, kc_bf16(sc[(ROWS + r1) * (SSTRIDE / 2) + us]));
 #endif
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
@@ -639,13 +691,26 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
                 const int r = 16 * m + 8 * h + g;
                 kc_lds_words<SW>(sw[m][h], slot + ROWS * WSTRIDE + r * SSTRIDE);
                 kc_lds_words<SW>(bw[m][h], slot + ROWS * WSTRIDE + (ROWS + r) * SSTRIDE);
+#if TAIL
+                // The row's entries start ssh into the window: shift its
+                // words by that many halves, with the window's next word.
+                const u32 sx = *reinterpret_cast<const u32*>(slot + ROWS * WSTRIDE + r * SSTRIDE + 4 * SW);
+                const u32 bx = *reinterpret_cast<const u32*>(slot + ROWS * WSTRIDE + (ROWS + r) * SSTRIDE + 4 * SW);
+#pragma unroll
+                for (int k = 0; k < SW; ++k) {
+                    sw[m][h][k] = __funnelshift_r(sw[m][h][k], k + 1 < SW ? sw[m][h][k + 1] : sx, 16 * ssh);
+                    bw[m][h][k] = __funnelshift_r(bw[m][h][k], k + 1 < SW ? bw[m][h][k + 1] : bx, 16 * ssh);
+                }
+#endif
             }
 #endif
+        const int ng = TAIL && st == nsteps - 1 ? TAIL : U;   // the step's groups
 #if XT > 0
         // x from the slot: this lane's 16-value run of group u for token
         // row g of each n-tile (rows past XT repeat the last).
 #pragma unroll
         for (int u = 0; u < U; ++u) {
+            if (TAIL && u >= ng) break;
 #pragma unroll
             for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -665,11 +730,12 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
             // x of the next group (the first group of the next step after the last).
             const int nx = (u + 1 < U) ? st * U + u + 1 : (st + KW) * U;
             if (nx < groups) load_x(xb, nx);
+            if (TAIL && u >= ng) break;   // the last step's groups are done (no step follows it)
             group_math(slot, u, xa, sw, bw);
             if (u + 1 < U) {
                 const int nx2 = (u + 2 < U) ? st * U + u + 2 : (st + KW) * U;
                 if (nx2 < groups) load_x(xa, nx2);
-                group_math(slot, u + 1, xb, sw, bw);
+                if (!TAIL || u + 1 < ng) group_math(slot, u + 1, xb, sw, bw);
             } else {
 #pragma unroll
                 for (int n = 0; n < NT; ++n)
