@@ -369,7 +369,9 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
 #if TAIL
     // This lane's rows (16m + 8h + g of the block, row0 a multiple of 16)
     // start their scales at entry row * groups: odd for odd rows when
-    // groups is odd, where the window holds them one entry in.
+    // groups is odd, where the window holds them one entry in. Rows past
+    // the end copy row out - 1 and may then read another entry: their
+    // outputs are never stored.
     const int ssh = g & groups & 1;
 #endif
     unsigned char* ring = smem + warp * (D * SLOT);

@@ -1130,7 +1130,9 @@ affine_wg(unsigned char* __restrict__ xp, const u32* __restrict__ weight,
     // With ODDK the rows' entries start kc_scale_shift into their windows:
     // row0 + rl0's first entry of a stage is (row0 + rl0) * qgroups + sg,
     // where row0 (a multiple of 64) and sg (of SG) are multiples of SCP;
-    // rl0 + 8 is at the same offset.
+    // rl0 + 8 is at the same offset. Rows past the end, which copy row
+    // out_features - 1, may then read another entry: their outputs are
+    // never stored, and no other row's sums depend on them.
 #if ODDK
     const int kc_scale_shift = rl0 * (in_features / QGROUP) % SCP;
 #else
