@@ -198,34 +198,31 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
 
 
 def stream_step_groups(bits: int, group: int, groups: int) -> int | None:
-    """Groups per step (U) of affine_stream. 4 and 8 bits: steps of 128 (else 256) packed
-    bytes per row that divide the row's groups. The other widths: the fewest groups (a
-    power of two up to 16) making at least 64 bytes in whole 16-byte pieces (at most 512),
-    else the most that divide the row (Go: streamStepGroups)."""
+    """Groups per step (U) of affine_stream that divide the row's groups (stream_step; Go:
+    streamStepGroups), or None."""
+    return stream_step(bits, group, lambda v: groups % v == 0)
+
+
+def stream_step(bits: int, group: int, fit) -> int | None:
+    """The step (groups a row) affine_stream prefers among those fit(v) accepts. 4 and 8
+    bits: the first of 128 (else 256) packed bytes per row. The other widths: the fewest
+    groups (a power of two up to 16) making at least 64 bytes in whole 16-byte pieces (at
+    most 512), else the most (Go: streamStep)."""
     gbytes = group * bits // 8
     if bits in (4, 8):
-        return next((v for v in (128 // gbytes, 256 // gbytes) if v >= 2 and groups % v == 0), None)
-    ok = [u for u in (2, 4, 8, 16) if groups % u == 0 and (u * gbytes) % 16 == 0 and u * gbytes <= 512]
+        return next((v for v in (128 // gbytes, 256 // gbytes) if v >= 2 and fit(v)), None)
+    ok = [u for u in (2, 4, 8, 16) if fit(u) and (u * gbytes) % 16 == 0 and u * gbytes <= 512]
     return next((u for u in ok if u * gbytes >= 64), ok[-1] if ok else None)
 
 
 def stream_tail_step(bits: int, group: int, groups: int) -> tuple[int | None, int]:
     """(U, TAIL) of affine_stream where no step divides the row's groups: the step
-    stream_step_groups would prefer without divisibility, where a row and the last step's
+    stream_step prefers without asking it to divide them, where a row and the last step's
     TAIL groups are whole 16-byte pieces; (None, 0) where not (Go: streamTailStep)."""
     gbytes = group * bits // 8
     if groups * gbytes % 16:
         return None, 0
-    u = None
-    if bits in (4, 8):
-        u = next((v for v in (128 // gbytes, 256 // gbytes) if v >= 2), None)
-    else:
-        for v in (2, 4, 8, 16):
-            if v * gbytes % 16 or v * gbytes > 512:
-                continue
-            u = v
-            if v * gbytes >= 64:
-                break
+    u = stream_step(bits, group, lambda v: True)
     if u is None or groups % u * gbytes % 16:
         return None, 0
     return u, groups % u

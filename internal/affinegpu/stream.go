@@ -138,10 +138,19 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // session). At least two groups: cp.async moves at least 4 bytes of
 // scales.
 func streamStepGroups(bits, group, groups int) int {
+	return streamStep(bits, group, func(v int) bool { return groups%v == 0 })
+}
+
+// streamStep is the step (groups a row) the stream kernel prefers among
+// those that fit(v) accepts, or 0: 4 and 8 bits the first of 128 and 256
+// packed bytes a row; the other widths the fewest groups (2, 4, 8 or 16)
+// of whole 16-byte pieces that make at least 64 bytes, else the most (at
+// most 512 bytes).
+func streamStep(bits, group int, fit func(v int) bool) int {
 	gbytes := group * bits / 8
 	if bits == 4 || bits == 8 {
 		for _, v := range []int{128 / gbytes, 256 / gbytes} {
-			if v >= 2 && groups%v == 0 {
+			if v >= 2 && fit(v) {
 				return v
 			}
 		}
@@ -149,7 +158,7 @@ func streamStepGroups(bits, group, groups int) int {
 	}
 	last := 0
 	for _, v := range []int{2, 4, 8, 16} {
-		if groups%v != 0 || v*gbytes%16 != 0 || v*gbytes > 512 {
+		if !fit(v) || v*gbytes%16 != 0 || v*gbytes > 512 {
 			continue
 		}
 		if v*gbytes >= 64 {
@@ -162,9 +171,7 @@ func streamStepGroups(bits, group, groups int) int {
 
 // streamTailStep is the groups per step (U) and of the last step (Tail)
 // where no step divides the row's groups (streamStepGroups gives 0): the
-// step streamStepGroups would prefer were divisibility not asked (128
-// packed bytes a row at 4 and 8 bits, else 256; at the other widths the
-// fewest groups of whole 16-byte pieces making 64 bytes, else the most),
+// step streamStep prefers without asking it to divide them,
 // where a row is whole 16-byte pieces and so are the last step's groups
 // (4 and 8 bits, and 2 and 6 bits at gpt-oss's 2880 inputs; not 3 and 5
 // bits there, whose rows are 1080 and 1800 bytes). 0, 0 where not.
@@ -173,24 +180,7 @@ func streamTailStep(bits, group, groups int) (u, tail int) {
 	if groups*gbytes%16 != 0 {
 		return 0, 0
 	}
-	if bits == 4 || bits == 8 {
-		for _, v := range []int{128 / gbytes, 256 / gbytes} {
-			if v >= 2 {
-				u = v
-				break
-			}
-		}
-	} else {
-		for _, v := range []int{2, 4, 8, 16} {
-			if v*gbytes%16 != 0 || v*gbytes > 512 {
-				continue
-			}
-			u = v
-			if v*gbytes >= 64 {
-				break
-			}
-		}
-	}
+	u = streamStep(bits, group, func(int) bool { return true })
 	if u == 0 || groups%u*gbytes%16 != 0 {
 		return 0, 0
 	}
