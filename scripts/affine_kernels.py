@@ -143,12 +143,15 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     whole 16-byte pieces per row dividing the groups, stream_step_groups, nor a last step
     of fewer groups in whole pieces, stream_tail_step: TAIL).
 
-    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp,
-    128-byte steps, two ring slots, four warps per block (eight when that
-    leaves fewer than 8 warps per SM, 4 above 8 tokens), >= 2 steps per
-    warp; at decode, registers for 16 warps per SM (MINB) once the grid
-    has more blocks than SMs (not 4-bit group 32, which would spill),
-    else x through the ring slots (XT) when that fits."""
+    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp (one at 9-32 tokens
+    where that takes more SMs, or at 9-16 tokens where two leave one to one and a half
+    blocks per SM, so the busiest SM has 48 rows, not 64), 128-byte steps, two ring slots, four warps per block (eight when that
+    leaves fewer than 8 warps per SM, 4 above 8 tokens), at least two steps per warp (one
+    where every block is resident at once: at most a block per SM, or MINB); at decode,
+    registers for 16 warps per SM (MINB) once the grid has more blocks than SMs (4 and 8
+    bits, not group 32, which would spill); x through the ring slots (XT) at decode with at
+    most a block per SM, but at 4 bits over rows of at most 4096 inputs, where reading x
+    from memory lets the kernel start early."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -165,19 +168,28 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     general = bits not in (4, 8)
     # the other widths at decode: twice the blocks rather than x through the ring
     mt = 1 if general and nt == 1 and blocks_of(2) <= sms else 2
+    if nt > 1 and (blocks_of(1) <= sms or (nt == 2 and sms < blocks_of(2) <= 3 * sms // 2)):
+        mt = 1
     blocks = blocks_of(mt)
     kw = 4 if blocks * 4 >= (4 if nt > 1 else 8) * sms else 8
-    while kw > 1 and groups // u < 2 * kw:
-        kw //= 2
+    def minb_of(kw, cfg):   # 16 warps per SM at decode once the grid exceeds the SMs (if they fit)
+        if (not general and nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32)
+                and (16 // kw) * (stream_smem_bytes(cfg) + 1024) <= 228 * 1024):
+            return 16 // kw
+        return 1
     cfg = dict(BITS=bits, GROUP=group, MT=mt, NT=nt, KW=kw, U=u, D=2)
     if tail:
         cfg["TAIL"] = tail
-    if (not general and nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32)
-            and (16 // kw) * (stream_smem_bytes(cfg) + 1024) <= 228 * 1024):
-        cfg["MINB"] = 16 // kw   # 16 warps per SM at decode once the grid exceeds the SMs (if they fit)
+    steps = -(-groups // u)
+    per_warp = 1 if blocks <= sms or minb_of(kw, cfg) > 1 else 2
+    while kw > 1 and steps < per_warp * kw:
+        kw //= 2
+    cfg["KW"] = kw
+    if minb_of(kw, cfg) > 1:
+        cfg["MINB"] = minb_of(kw, cfg)
     cfg.update(STREAM_OVER)
     cfg.update(over)
-    if nt == 1 and blocks <= sms and "XT" not in cfg:
+    if nt == 1 and blocks <= sms and not (bits == 4 and in_f <= 4096) and "XT" not in cfg:
         # at most one block per SM at decode: x through the ring (if it fits)
         cfg["XT"] = min(8 * nt, tokens)
         if stream_smem_bytes(cfg) > 227 * 1024:
@@ -1564,7 +1576,10 @@ def sweep_configs(bits, group, t, in_f, out_f):
     sbase = stream_config(bits, group, t, in_f, out_f)
     if sbase and STREAM_CONFIGS:
         for mt, kw, u, d, minb, xt in STREAM_CONFIGS:
-            c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d, MINB=minb, XT=xt)
+            left = (in_f // group) % u   # a step that does not divide the row's groups takes TAIL
+            c = stream_config(bits, group, t, in_f, out_f, MT=mt, KW=kw, U=u, D=d, MINB=minb, XT=xt, TAIL=left)
+            if c and not c.get("TAIL"):
+                c.pop("TAIL", None)
             if c and c.get("MINB") == 1:
                 del c["MINB"]   # the kernel's default
             if c and c != sbase and stream_smem_bytes(c) * minb <= 227 * 1024:

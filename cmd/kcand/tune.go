@@ -133,6 +133,10 @@ func demoRequests(kind device.Kind) []sdk.Request {
 			// a layer an engine asks for at decode and then at prefill (16
 			// tokens, below): the second makes and copies only its inputs
 			affine(sdk.PhaseDecode, sdk.RoleDown, 1, 28672, 8192, 4, 64),
+			// gpt-oss's fused attention projection at decode: 45 groups of
+			// 64 a row, which no step of gemv/bulk divides (the stream
+			// kernel's last step of one group against gemv)
+			affine(sdk.PhaseDecode, sdk.RoleAttentionQKV, 1, 2880, 5120, 4, 64),
 			// small batches: the stream kernel or the tiled one, by shape
 			affine(sdk.PhasePrefill, sdk.RoleAttentionOutput, 16, 4096, 4096, 4, 64),
 			affine(sdk.PhasePrefill, sdk.RoleDown, 16, 28672, 8192, 4, 64),

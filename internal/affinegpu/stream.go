@@ -73,24 +73,32 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	case req.Tokens <= 16:
 		nt = 2
 	}
-	// Two 16-row tiles per warp at every token count; at decode, 2, 3, 5
-	// and 6 bits take one where two leave at most a block per SM: with
-	// streamStepGroups' short steps, twice the blocks of 8 warps beat two
-	// row tiles with x through the ring and the first rule's longer steps
-	// (14336->4096 at one token, 6 bits 16.4 us against 18.4, 3 bits 15.0
-	// against 15.8, 5 bits 17.4 against 18.4; with the longer steps one
-	// row tile was slower: 23.9 and 22.6 at 6 and 3 bits; bench/NOTES.md,
-	// thirty-first session).
+	// Two 16-row tiles per warp; at decode, 2, 3, 5 and 6 bits take one
+	// where two leave at most a block per SM: with streamStepGroups' short
+	// steps, twice the blocks of 8 warps beat two row tiles with x through
+	// the ring and the first rule's longer steps (14336->4096 at one token,
+	// 6 bits 16.4 us against 18.4, 3 bits 15.0 against 15.8, 5 bits 17.4
+	// against 18.4; with the longer steps one row tile was slower: 23.9 and
+	// 22.6 at 6 and 3 bits; bench/NOTES.md, thirty-first session).
 	blocksOf := func(mt int) int { return ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt) }
 	mt := 2
 	general := bits != 4 && bits != 8
 	if general && nt == 1 && blocksOf(2) <= sms {
 		mt = 1
 	}
+	// Above 8 tokens, one row tile where that takes more SMs, or where two
+	// leave one to one and a half blocks per SM: the busiest SM then has 48
+	// rows, not 64 (2880->5120 at 16 tokens 9.1 us against 10.4, 2048^2
+	// 4.3 against 5.4; 8192->2048 at 32 tokens 13.4 against 16.3; at 256
+	// blocks, two per SM either way, two row tiles stay: 2048->8192 7.7
+	// against 9.9; bench/NOTES.md, thirty-fourth session).
+	if nt > 1 && (blocksOf(1) <= sms || (nt == 2 && sms < blocksOf(2) && blocksOf(2) <= 3*sms/2)) {
+		mt = 1
+	}
 	blocks := blocksOf(mt)
 	// Four warps per block, eight when that leaves fewer than 8 warps per
 	// SM at decode (4 above 8 tokens, where a warp has 2-4 times the
-	// tokens); at least two steps per warp.
+	// tokens).
 	minWarps := 8
 	if nt > 1 {
 		minWarps = 4
@@ -99,23 +107,33 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	if blocks*4 >= minWarps*sms {
 		kw = 4
 	}
-	for kw > 1 && groups/u < 2*kw {
+	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: 1, Tail: tail}
+	// At least two steps per warp, or one where every block is resident at
+	// once (at most a block per SM, or registers for two or four blocks,
+	// streamMinBlocks): then more warps keep more bytes in flight
+	// (2880->5120 at one token 5.7 us with 8 warps and 1.5 steps each
+	// against 9.6 with 4 and 3; 2048->8192 4.7 against 5.3). Where blocks
+	// would wait for a second wave, one step a warp lost: 2048->8192 at 2
+	// bits 5.4 against 5.3, 6 bits in groups of 128 7.7 against 6.4.
+	perWarp := 2
+	if blocks <= sms || streamMinBlocks(cfg, blocks, sms) > 1 {
+		perWarp = 1
+	}
+	for steps := ceilDiv(groups, u); kw > 1 && steps < perWarp*kw; {
 		kw /= 2
 	}
-	// At decode, when the grid is more than one block per SM, registers
-	// for 16 warps per SM (128 per thread): 256 blocks of 8 warps then fit
-	// one wave. With 4-bit group 32 that would spill, so it keeps 1, and so
-	// do the other widths, whose unpacking takes 190-250 registers.
-	// Only when shared memory lets that many blocks reside (an SM has
-	// 228 KiB, 1 KiB of it reserved per block).
-	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: 1, Tail: tail}
-	if !general && nt == 1 && blocks > sms && (kw == 4 || kw == 8) && !(bits == 4 && group == 32) &&
-		(16/kw)*(cfg.SharedBytes()+1024) <= streamSMShared {
-		cfg.MinB = 16 / kw
-	}
+	cfg.KW = kw
+	cfg.MinB = streamMinBlocks(cfg, blocks, sms)
 	// At decode with at most one block per SM, x travels in the ring with
 	// the weights: a lone block's warps cannot hide x's global latency.
-	if nt == 1 && blocks <= sms {
+	// Not at 4 bits over rows of at most 4096 inputs: there a kernel that
+	// reads x from memory starts early (it puts its first weights in
+	// flight before the grid ahead ends), which x in the ring forbids,
+	// and that pays more (4096^2 at 4 tokens 5.3 us against 7.2, 2048^2
+	// 2.4 against 4.4). At 8 bits and over longer rows the ring stayed
+	// ahead: 4096^2 at one token and 8 bits 8.9 against 10.8, 14336->4096
+	// at 4 tokens in 4-bit groups of 128 14.4 against 19.3.
+	if nt == 1 && blocks <= sms && !(bits == 4 && req.InFeatures <= 4096) {
 		withX := cfg
 		withX.XT = req.Tokens
 		if withX.SharedBytes() <= streamMaxShared {
@@ -123,6 +141,24 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 		}
 	}
 	return cfg, ""
+}
+
+// streamMinBlocks is the blocks per SM a variant's registers must allow
+// (MINB): at decode, when the grid is more than one block per SM,
+// registers for 16 warps per SM (128 per thread): 256 blocks of 8 warps
+// then fit one wave. With 4-bit group 32 that would spill, so it keeps 1,
+// and so do the other widths, whose unpacking takes 190-250 registers.
+// Only when shared memory lets that many blocks reside (an SM has 228 KiB,
+// 1 KiB of it reserved per block).
+func streamMinBlocks(cfg StreamConfig, blocks, sms int) int {
+	general := cfg.Bits != 4 && cfg.Bits != 8
+	if general || cfg.NT != 1 || blocks <= sms || (cfg.KW != 4 && cfg.KW != 8) || (cfg.Bits == 4 && cfg.Group == 32) {
+		return 1
+	}
+	if (16/cfg.KW)*(cfg.SharedBytes()+1024) > streamSMShared {
+		return 1
+	}
+	return 16 / cfg.KW
 }
 
 // streamStepGroups is the groups per step (U) of the stream kernel, or 0

@@ -74,10 +74,13 @@ func TestChooseStreamTakesALastStepOfFewerGroups(t *testing.T) {
 }
 
 func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
-	// The H200 sweeps (bench/NOTES.md): two row tiles per warp; 4 warps per
-	// block, 8 when the grid is small; 128-byte steps; at decode, registers
-	// for 16 warps per SM once there is more than one block per SM, else x
-	// through the ring.
+	// The H200 sweeps (bench/NOTES.md): two row tiles per warp (one above 8
+	// tokens where that takes more SMs or evens out 1-1.5 blocks per SM);
+	// 4 warps per block, 8 when the grid is small, at least two steps per
+	// warp unless every block is resident at once; 128-byte steps; at
+	// decode, registers for 16 warps per SM once there is more than one
+	// block per SM, else x through the ring, but not at 4 bits over rows
+	// of at most 4096 inputs (early start pays more there).
 	for _, c := range []struct {
 		req                             sdk.Request
 		mt, nt, kw, u, minb, xt, blocks int
@@ -92,7 +95,23 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(32, 28672, 8192, 4, 64), 2, 4, 4, 4, 1, 0, 256},
 		{streamRequest(32, 4096, 4096, 4, 64), 2, 4, 8, 4, 1, 0, 128},
 		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 1, 4, 128},
-		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 1, 1, 128},
+		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 1, 0, 128},
+		{streamRequest(4, 4096, 4096, 4, 64), 2, 1, 8, 4, 1, 0, 128},
+		{streamRequest(4, 4096, 4096, 4, 128), 2, 1, 8, 2, 1, 0, 128},
+		{streamRequest(4, 14336, 4096, 4, 128), 2, 1, 8, 2, 1, 4, 128},
+		// One step a warp where every block is resident at once: 12 steps
+		// (45 groups of 64, the last of one) over 8 warps with MINB 2;
+		// 2048^2's 8 steps over 8 warps of 64 blocks.
+		{streamRequest(1, 2880, 5120, 4, 64), 2, 1, 8, 4, 2, 0, 160},
+		{streamRequest(8, 2048, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 64},
+		// One row tile above 8 tokens: more SMs (2048^2, 8192->2048), or
+		// 160 blocks of two evened out as 320 of one (2880->5120); not at
+		// 256 blocks (2048->8192), two per SM either way.
+		{streamRequest(16, 2048, 2048, 4, 64), 1, 2, 8, 4, 1, 0, 128},
+		{streamRequest(32, 8192, 2048, 4, 64), 1, 4, 8, 4, 1, 0, 128},
+		{streamRequest(16, 2880, 5120, 4, 64), 1, 2, 4, 4, 1, 0, 320},
+		{streamRequest(16, 2048, 8192, 4, 64), 2, 2, 4, 4, 1, 0, 256},
+		{streamRequest(32, 2880, 5120, 4, 64), 2, 4, 4, 4, 1, 0, 160},
 		// The other widths: the fewest groups a step that make 64 bytes,
 		// no MINB, and one row tile per warp at decode where two would
 		// leave at most a block per SM.
@@ -100,6 +119,9 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(1, 14336, 4096, 3, 64), 1, 1, 8, 4, 1, 0, 256},
 		{streamRequest(16, 8192, 28672, 5, 64), 2, 2, 4, 2, 1, 0, 896},
 		{streamRequest(4, 4096, 4096, 2, 32), 1, 1, 8, 8, 1, 0, 256},
+		// Without MINB, 256 blocks of 8 warps would wait for a second wave:
+		// two steps a warp, 4 warps (8 steps of 2 groups of 128 at 6 bits).
+		{streamRequest(1, 2048, 8192, 6, 128), 2, 1, 4, 2, 1, 0, 256},
 	} {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())
