@@ -163,6 +163,13 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         if u is None:
             return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
+    rows32 = -(-out_f // 32)
+    if (nt == 2 and bits == 4 and group != 32 and rows32 <= sms and in_f <= 8192
+            and (in_f <= 4096 or 2 * rows32 > sms)):
+        # 9-16 tokens at 4 bits as two 8-token tiles of the decode rule's blocks where all of
+        # them are resident at once (registers for two a SM) and x is read from memory (no
+        # XT), rows of at most 8192 inputs: each block may then start early
+        nt = 1
     def blocks_of(mt):
         return -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
     general = bits not in (4, 8)
@@ -207,6 +214,12 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
             or (cfg["MT"] == 4 and cfg["NT"] != 1)):
         return None
     return cfg
+
+
+def stream_early_start(cfg: dict, tokens: int) -> bool:
+    """Whether the plugins launch affine_stream with early start (Go: StreamConfig.EarlyStart):
+    x read from memory (no XT), at decode (up to --stream-pdl-tokens) or in 8-token tiles."""
+    return not cfg.get("XT") and (tokens <= STREAM_PDL_TOKENS or cfg["NT"] == 1)
 
 
 def stream_step_groups(bits: int, group: int, groups: int) -> int | None:
@@ -964,6 +977,9 @@ GROUPS_ALL = (32, 64, 128)
 # on odd rows) at 4, 8, 6 and 2 bits, and 9 groups of 128.
 TAIL_CASES = [(2880, 5120, 4, 64, False), (2880, 1032, 8, 64, True), (2880, 2056, 6, 64, False),
               (2880, 520, 2, 64, True), (1152, 1032, 4, 128, True)]
+# The stream kernel's 8-token tiles at 9-16 tokens (4 bits, out <= 32 * SMs): with
+# early start (4096^2), and with x through the ring (8192->1024).
+TOKEN_TILE_CASES = [(4096, 4096, 4, 64, False), (8192, 1024, 4, 64, True)]
 
 
 def correctness_cases(quick: bool):
@@ -983,7 +999,7 @@ def correctness_cases(quick: bool):
     for b, g in combos:   # top up any pair the shape list skipped
         if (b, g) not in seen:
             cases.append((1024, 1032, b, g, True))
-    cases += TAIL_CASES
+    cases += TAIL_CASES + TOKEN_TILE_CASES
     if quick:
         cases = [c for c in cases if c[0] * c[1] <= 8192 * 8192][:8]
     return cases
@@ -1050,7 +1066,7 @@ def run_correctness(quick: bool) -> bool:
     cases = correctness_cases(quick)
     tokens_q = (1, 3, 7, 33)
     tokens_g = (1, 3, 7)
-    tokens_s = (1, 3, 7, 16, 29)
+    tokens_s = (1, 3, 7, 11, 16, 29)   # 11 and 16: at 4 bits two 8-token tiles where out <= 32 * SMs
     variants = []
     for in_f, out_f, b, g, _ in cases:
         if not KERNELS or "gemv" in KERNELS:
@@ -1441,7 +1457,7 @@ def bench_kernel(kind, wt, copies, x, tokens, cfg):
     for (w, s, b) in copies:
         args = kernel_args(wt, x, y, tokens, w, s, b)
         # the plugins launch the stream kernel with early start at decode when x is read from memory
-        if kind == "stream" and WG_PDL and not cfg.get("XT") and tokens <= STREAM_PDL_TOKENS:
+        if kind == "stream" and WG_PDL and stream_early_start(cfg, tokens):
             fns.append(lambda a=args: launch_programmatic(kern, grid, block, a, smem))
         else:
             fns.append(lambda a=args: launch(path, cfg, grid, block, smem, a))

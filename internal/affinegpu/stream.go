@@ -47,9 +47,10 @@ type StreamConfig struct {
 // step divides the row's groups, the last step holds fewer (Tail): at
 // gpt-oss's 2880 inputs that took 2 to 32 tokens from `gemv` and `qmm`
 // alone to this kernel, 2880² at four tokens 5.6 µs against 7.9, at 6
-// bits 5.2 against 9.7 (bench/NOTES.md, thirty-third session); at one
-// token 4 and 8 bits 2880→5120 it was slower than `gemv` (9.6 against
-// 7.0 µs), which the tuner weighs.
+// bits 5.2 against 9.7 (bench/NOTES.md, thirty-third session). Its
+// warps, row tiles, x path and token tiles follow sweeps over model
+// shapes (thirty-fourth session): 2880→5120 at one token now 5.7 µs, was
+// 9.6 (`gemv` 7.0).
 func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	bits, group := req.Weight.Bits, req.Weight.GroupSize
 	if req.Tokens > StreamMaxTokens {
@@ -72,6 +73,9 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 		nt = 1
 	case req.Tokens <= 16:
 		nt = 2
+		if streamTokenTiles(req, sms) {
+			nt = 1
+		}
 	}
 	// Two 16-row tiles per warp; at decode, 2, 3, 5 and 6 bits take one
 	// where two leave at most a block per SM: with streamStepGroups' short
@@ -141,6 +145,23 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 		}
 	}
 	return cfg, ""
+}
+
+// streamTokenTiles reports whether 9 to 16 tokens run as two 8-token
+// tiles, each block the decode rule's (grid.y 2, every weight read by two
+// blocks, the second mostly from L2), rather than one 16-token tile: at 4
+// bits (not in groups of 32, which get no MINB), where all blocks are
+// resident at once with registers for two a SM, x is read from memory (no
+// XT, so each block starts early) and rows hold at most 8192 inputs. On
+// the H200 at 16 tokens: 3072^2 5.6 us against 6.7, 2048^2 3.1 against
+// 4.3, 3072->1024 3.3 against 5.1, 8192->4096 13.1 against 14.0, 4096^2
+// 7.9 against 8.2; with XT, 8192->2048 11.6 against 10.2; over longer rows
+// 28672->4096 39.7 against 38.7 and 14336->4096 in groups of 128 23.2
+// against 20.9 (bench/NOTES.md, thirty-fourth session).
+func streamTokenTiles(req sdk.Request, sms int) bool {
+	rows := ceilDiv(req.OutFeatures, 32)
+	in := req.InFeatures
+	return req.Weight.Bits == 4 && req.Weight.GroupSize != 32 && rows <= sms && in <= 8192 && (in <= 4096 || 2*rows > sms)
 }
 
 // streamMinBlocks is the blocks per SM a variant's registers must allow
@@ -320,7 +341,10 @@ func PrepareStream(env sdk.Env, req sdk.Request, weights sdk.Buffers, cfg Stream
 // 28672->8192 from 41.5 to 38.4 at one token; with x in the ring (which
 // must wait before its first copy) 14336->4096 went from 13.7 to 20.3 us,
 // and at 16 tokens 28672->8192 from 71.2 to 84.1 (bench/NOTES.md, eighth
-// session).
-func (c StreamConfig) EarlyStart(req sdk.Request) bool { return c.XT == 0 && req.Tokens <= 8 }
+// session). Also at 9-16 tokens in 8-token tiles (streamTokenTiles), whose
+// blocks are all resident at once (thirty-fourth session).
+func (c StreamConfig) EarlyStart(req sdk.Request) bool {
+	return c.XT == 0 && (req.Tokens <= 8 || c.NT == 1)
+}
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -80,7 +80,9 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 	// warp unless every block is resident at once; 128-byte steps; at
 	// decode, registers for 16 warps per SM once there is more than one
 	// block per SM, else x through the ring, but not at 4 bits over rows
-	// of at most 4096 inputs (early start pays more there).
+	// of at most 4096 inputs (early start pays more there); 9-16 tokens at
+	// 4 bits as two 8-token tiles of the decode rule's blocks where they are
+	// all resident at once and read x from memory.
 	for _, c := range []struct {
 		req                             sdk.Request
 		mt, nt, kw, u, minb, xt, blocks int
@@ -107,10 +109,17 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		// One row tile above 8 tokens: more SMs (2048^2, 8192->2048), or
 		// 160 blocks of two evened out as 320 of one (2880->5120); not at
 		// 256 blocks (2048->8192), two per SM either way.
-		{streamRequest(16, 2048, 2048, 4, 64), 1, 2, 8, 4, 1, 0, 128},
+		{streamRequest(16, 8192, 2048, 4, 64), 1, 2, 8, 4, 1, 0, 128},
 		{streamRequest(32, 8192, 2048, 4, 64), 1, 4, 8, 4, 1, 0, 128},
 		{streamRequest(16, 2880, 5120, 4, 64), 1, 2, 4, 4, 1, 0, 320},
 		{streamRequest(16, 2048, 8192, 4, 64), 2, 2, 4, 4, 1, 0, 256},
+		{streamRequest(16, 2048, 2048, 6, 64), 1, 2, 8, 2, 1, 0, 128},
+		// 9-16 tokens at 4 bits as two 8-token tiles where every block is
+		// resident at once and reads x from memory: 2048^2's 64 row tiles,
+		// 4096^2's 128 with MINB 2; not 8192->2048 (x in the ring, above)
+		// nor 14336->4096 (longer rows).
+		{streamRequest(16, 2048, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 128},
+		{streamRequest(11, 4096, 4096, 4, 64), 2, 1, 8, 4, 2, 0, 256},
 		{streamRequest(32, 2880, 5120, 4, 64), 2, 4, 4, 4, 1, 0, 160},
 		// The other widths: the fewest groups a step that make 64 bytes,
 		// no MINB, and one row tile per warp at decode where two would
@@ -183,7 +192,8 @@ func TestStreamVariantsFitTheGPU(t *testing.T) {
 
 // Early start is asked for at decode when x is read from memory, and not
 // when x travels in the ring (its first copy must wait for the grid ahead)
-// or above 8 tokens, where it measured slower.
+// or above 8 tokens, where it measured slower, but for 9-16 tokens in
+// 8-token tiles.
 func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 	for _, c := range []struct {
 		req  sdk.Request
@@ -192,6 +202,8 @@ func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(1, 4096, 14336, 4, 64), true},   // many blocks per SM: x from memory
 		{streamRequest(1, 14336, 4096, 4, 64), false},  // one block per SM: x in the ring
 		{streamRequest(16, 28672, 8192, 4, 64), false}, // above decode
+		{streamRequest(16, 4096, 4096, 4, 64), true},   // two 8-token tiles, all blocks resident
+		{streamRequest(12, 8192, 2048, 4, 64), false},  // one 16-token tile: tiles would take x in the ring
 	} {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())

@@ -105,7 +105,8 @@ func GPURequests() []sdk.Request {
 		a(150, 5760, 25464, 5, 128, true), // 45 groups of 128: a whole wave, then stream-K
 		a(129, 3712, 1032, 6, 128, false), // 29 groups of 128, two scales a stage row (4-byte windows)
 		a(300, 1088, 2056, 2, 32, false),  // 17 groups of 64 at 2 bits
-		a(16, 4096, 4104, 4, 64, true),    // qmm/stream at 16 tokens, a partial row block
+		a(16, 4096, 4104, 4, 64, true),    // qmm/stream at 16 tokens in two 8-token tiles (early start), a partial row block
+		a(11, 2048, 2056, 4, 128, true),   // qmm/stream's 8-token tiles, the second of 3 tokens, groups of 128
 		a(136, 4096, 17416, 4, 64, true),  // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(150, 4096, 25464, 4, 64, true),  // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles
 		a(17, 4096, 14344, 4, 64, true),   // qmm/wgmma below 33 tokens (17 of a 64-token tile) and qmm/wave's two token tiles, a partial row block
