@@ -143,9 +143,12 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     whole 16-byte pieces per row dividing the groups, stream_step_groups, nor a last step
     of fewer groups in whole pieces, stream_tail_step: TAIL).
 
-    Measured on the H200 (bench/NOTES.md): two 16-row tiles per warp (one at 9-32 tokens
-    where that takes more SMs, or at 9-16 tokens where two leave one to one and a half
-    blocks per SM, so the busiest SM has 48 rows, not 64), 128-byte steps, two ring slots, four warps per block (eight when that
+    Measured on the H200 (bench/NOTES.md): 9-16 tokens at 4 bits as two 8-token tiles of
+    the decode rule's blocks where all are resident at once, x is read from memory and rows
+    hold at most 8192 inputs (they then start early: stream_early_start); two 16-row tiles
+    per warp (one at 9-32 tokens where that takes more SMs, or at 9-16 tokens where two leave
+    one to one and a half blocks per SM, so the busiest SM has 48 rows, not 64), 128-byte
+    steps, two ring slots, four warps per block (eight when that
     leaves fewer than 8 warps per SM, 4 above 8 tokens), at least two steps per warp (one
     where every block is resident at once: at most a block per SM, or MINB); at decode,
     registers for 16 warps per SM (MINB) once the grid has more blocks than SMs (4 and 8
@@ -1983,7 +1986,7 @@ WG_TIME_ALL = False   # --wg-time-all: also time variants that failed the check 
 WG_STREAMK = True     # --no-streamk: the rule without stream-K (wg_tile_rule), for same-call comparisons
 WG_PDL = True         # --no-pdl: launch the wgmma path's kernels, the bulk and the stream kernel without early start
 TMA_L2PROMO = 2        # --tma-l2: the tensor maps' L2 promotion (CU_TENSOR_MAP_L2_PROMOTION_*: 0 none, 1 64B, 2 128B as the plugin, 3 256B)
-STREAM_PDL_TOKENS = 8  # --stream-pdl-tokens: the most tokens the stream kernel starts early at (Go: StreamConfig.EarlyStart)
+STREAM_PDL_TOKENS = 8  # --stream-pdl-tokens: the most tokens the stream kernel starts early at in one token tile (stream_early_start)
 
 
 class _LaunchAttributeValue(ctypes.Union):
@@ -2295,7 +2298,7 @@ def main():
     ap.add_argument("--tma-l2", type=int, choices=(0, 1, 2, 3), default=2,
                     help="L2 promotion of the bulk kernel's tensor maps (0 none, 1 64B, 2 128B as the plugin, 3 256B)")
     ap.add_argument("--stream-pdl-tokens", type=int, default=8,
-                    help="the most tokens at which the stream kernel is launched with early start (the plugins: 8)")
+                    help="the most tokens at which the stream kernel is launched with early start in one token tile (the plugins: 8; 8-token tiles at 9-16 tokens always start early)")
     args = ap.parse_args()
     global KERNELS, WG_PDL, STREAM_PDL_TOKENS, TMA_L2PROMO, POWER
     POWER = args.power

@@ -92,10 +92,10 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	}
 	// Above 8 tokens, one row tile where that takes more SMs, or where two
 	// leave one to one and a half blocks per SM: the busiest SM then has 48
-	// rows, not 64 (2880->5120 at 16 tokens 9.1 us against 10.4, 2048^2
-	// 4.3 against 5.4; 8192->2048 at 32 tokens 13.4 against 16.3; at 256
-	// blocks, two per SM either way, two row tiles stay: 2048->8192 7.7
-	// against 9.9; bench/NOTES.md, thirty-fourth session).
+	// rows, not 64 (2880->5120 at 16 tokens 9.1 us against 10.4;
+	// 8192->2048 at 16 tokens 10.2 against 12.9, at 32 13.4 against 16.3;
+	// at 256 blocks, two per SM either way, two row tiles stay: 2048->8192
+	// 7.7 against 9.9; bench/NOTES.md, thirty-fourth session).
 	if nt > 1 && (blocksOf(1) <= sms || (nt == 2 && sms < blocksOf(2) && blocksOf(2) <= 3*sms/2)) {
 		mt = 1
 	}
