@@ -980,8 +980,9 @@ GROUPS_ALL = (32, 64, 128)
 # on odd rows) at 4, 8, 6 and 2 bits, and 9 groups of 128.
 TAIL_CASES = [(2880, 5120, 4, 64, False), (2880, 1032, 8, 64, True), (2880, 2056, 6, 64, False),
               (2880, 520, 2, 64, True), (1152, 1032, 4, 128, True)]
-# The stream kernel's 8-token tiles at 9-16 tokens (4 bits, out <= 32 * SMs): with
-# early start (4096^2), and with x through the ring (8192->1024).
+# The stream kernel at 9-16 tokens: 8-token tiles (4096^2; streamTokenTiles), and one
+# 16-token tile of one row tile where tiles would take x through the ring (8192->1024).
+# The harness launches them without early start; the plugins' GPU tests run it.
 TOKEN_TILE_CASES = [(4096, 4096, 4, 64, False), (8192, 1024, 4, 64, True)]
 
 
@@ -1069,7 +1070,7 @@ def run_correctness(quick: bool) -> bool:
     cases = correctness_cases(quick)
     tokens_q = (1, 3, 7, 33)
     tokens_g = (1, 3, 7)
-    tokens_s = (1, 3, 7, 11, 16, 29)   # 11 and 16: at 4 bits two 8-token tiles where out <= 32 * SMs
+    tokens_s = (1, 3, 7, 11, 16, 29)   # 11 and 16: two 8-token tiles where streamTokenTiles takes them
     variants = []
     for in_f, out_f, b, g, _ in cases:
         if not KERNELS or "gemv" in KERNELS:

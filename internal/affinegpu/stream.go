@@ -139,7 +139,7 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	// at 4 tokens in 4-bit groups of 128 14.4 against 19.3.
 	if nt == 1 && blocks <= sms && !(bits == 4 && req.InFeatures <= 4096) {
 		withX := cfg
-		withX.XT = req.Tokens
+		withX.XT = min(8*nt, req.Tokens)
 		if withX.SharedBytes() <= streamMaxShared {
 			cfg = withX
 		}

@@ -113,6 +113,8 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(32, 8192, 2048, 4, 64), 1, 4, 8, 4, 1, 0, 128},
 		{streamRequest(16, 2880, 5120, 4, 64), 1, 2, 4, 4, 1, 0, 320},
 		{streamRequest(16, 2048, 8192, 4, 64), 2, 2, 4, 4, 1, 0, 256},
+		// not at 17-32 tokens once the SMs are all taken
+		{streamRequest(32, 2880, 5120, 4, 64), 2, 4, 4, 4, 1, 0, 160},
 		{streamRequest(16, 2048, 2048, 6, 64), 1, 2, 8, 2, 1, 0, 128},
 		// 9-16 tokens at 4 bits as two 8-token tiles where every block is
 		// resident at once and reads x from memory: 2048^2's 64 row tiles,
@@ -120,7 +122,6 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		// nor 14336->4096 (longer rows).
 		{streamRequest(16, 2048, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 128},
 		{streamRequest(11, 4096, 4096, 4, 64), 2, 1, 8, 4, 2, 0, 256},
-		{streamRequest(32, 2880, 5120, 4, 64), 2, 4, 4, 4, 1, 0, 160},
 		// The other widths: the fewest groups a step that make 64 bytes,
 		// no MINB, and one row tile per warp at decode where two would
 		// leave at most a block per SM.
