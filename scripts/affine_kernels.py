@@ -150,11 +150,11 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     one to one and a half blocks per SM, so the busiest SM has 48 rows, not 64), 128-byte
     steps, two ring slots, four warps per block (eight when that
     leaves fewer than 8 warps per SM, 4 above 8 tokens), at least two steps per warp (one
-    where every block is resident at once: at most a block per SM, or MINB); at decode,
-    registers for 16 warps per SM (MINB) once the grid has more blocks than SMs (4 and 8
-    bits, not group 32, which would spill); x through the ring slots (XT) at decode with at
-    most a block per SM, but at 4 bits over rows of at most 4096 inputs, where reading x
-    from memory lets the kernel start early."""
+    where every block is resident at once with one step a warp, stream_resident, or where
+    the grid takes MINB); at decode, registers for 16 warps per SM (MINB) once the grid has
+    more blocks than SMs (4 and 8 bits, not group 32, which would spill); x through the ring
+    slots (XT) at decode (1-8 tokens) with at most a block per SM, but at 4 bits over rows of
+    at most 4096 inputs, where reading x from memory lets the kernel start early."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -168,10 +168,11 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
     rows32 = -(-out_f // 32)
     if (nt == 2 and bits == 4 and group != 32 and rows32 <= sms and in_f <= 8192
-            and (in_f <= 4096 or 2 * rows32 > sms)):
+            and (group == 64 or in_f <= 4096 or 2 * rows32 >= sms)):
         # 9-16 tokens at 4 bits as two 8-token tiles of the decode rule's blocks where all of
-        # them are resident at once (registers for two a SM) and x is read from memory (no
-        # XT), rows of at most 8192 inputs: each block may then start early
+        # them are resident at once (registers for two a SM), rows of at most 8192 inputs (in
+        # groups of 128 over more than 4096 only where the tiles take every SM); x is read
+        # from memory (no XT, below), so each block may start early
         nt = 1
     def blocks_of(mt):
         return -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
@@ -182,7 +183,7 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         mt = 1
     blocks = blocks_of(mt)
     kw = 4 if blocks * 4 >= (4 if nt > 1 else 8) * sms else 8
-    def minb_of(kw, cfg):   # 16 warps per SM at decode once the grid exceeds the SMs (if they fit)
+    def minb_of(kw, cfg):   # 16 warps per SM in 8-token tiles once the grid exceeds the SMs (if they fit)
         if (not general and nt == 1 and blocks > sms and kw in (4, 8) and not (bits == 4 and group == 32)
                 and (16 // kw) * (stream_smem_bytes(cfg) + 1024) <= 228 * 1024):
             return 16 // kw
@@ -191,15 +192,20 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     if tail:
         cfg["TAIL"] = tail
     steps = -(-groups // u)
-    per_warp = 1 if blocks <= sms or minb_of(kw, cfg) > 1 else 2
-    while kw > 1 and steps < per_warp * kw:
-        kw //= 2
+    def halved(per_warp):
+        k = kw
+        while k > 1 and steps < per_warp * k:
+            k //= 2
+        return k
+    one = dict(cfg, KW=halved(1))
+    per_warp = 1 if minb_of(kw, cfg) > 1 or blocks <= sms * stream_resident(one, minb_of(one["KW"], one)) else 2
+    kw = halved(per_warp)
     cfg["KW"] = kw
     if minb_of(kw, cfg) > 1:
         cfg["MINB"] = minb_of(kw, cfg)
     cfg.update(STREAM_OVER)
     cfg.update(over)
-    if nt == 1 and blocks <= sms and not (bits == 4 and in_f <= 4096) and "XT" not in cfg:
+    if nt == 1 and tokens <= 8 and blocks <= sms and not (bits == 4 and in_f <= 4096) and "XT" not in cfg:
         # at most one block per SM at decode: x through the ring (if it fits)
         cfg["XT"] = min(8 * nt, tokens)
         if stream_smem_bytes(cfg) > 227 * 1024:
@@ -217,6 +223,13 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
             or (cfg["MT"] == 4 and cfg["NT"] != 1)):
         return None
     return cfg
+
+
+def stream_resident(cfg: dict, minb: int) -> int:
+    """Blocks of an affine_stream variant sure to be resident on an SM at once (Go:
+    streamResident): registers for max(MINB, 8 // KW) (a thread holds at most 255, so 8 warps
+    an SM at worst), within an SM's 228 KiB of shared memory, 1 KiB of it reserved a block."""
+    return min(max(minb, 8 // cfg["KW"]), 228 * 1024 // (stream_smem_bytes(cfg) + 1024))
 
 
 def stream_early_start(cfg: dict, tokens: int) -> bool:
@@ -945,6 +958,14 @@ def run_kernel(kind, wt, x, tokens, cfg=None, poison=-1):
         cfg = cfg or stream_config(bits, group, tokens, in_f, out_f)
         grid, block, smem = stream_launch(cfg, tokens, in_f, out_f)
         path = STREAM_CU
+        if WG_PDL and stream_early_start(cfg, tokens):
+            # as the plugins launch it: with early start behind a kernel that writes x (a
+            # copy over NaN), so a read of x before the kernel's grid wait would show
+            y = torch.full((tokens, out_f), -1, dtype=torch.int16, device="cuda")
+            xs = torch.full_like(x, float("nan"))
+            xs.copy_(x)
+            launch_programmatic(get_kernel(path, cfg, smem), grid, block, kernel_args(wt, xs, y, tokens), smem)
+            return y.view(torch.bfloat16), cfg
     elif kind == "bulk":
         cfg = cfg or bulk_config(bits, group, tokens, in_f, out_f)
         y = torch.full((tokens, out_f), poison, dtype=torch.int16, device="cuda")
@@ -980,10 +1001,11 @@ GROUPS_ALL = (32, 64, 128)
 # on odd rows) at 4, 8, 6 and 2 bits, and 9 groups of 128.
 TAIL_CASES = [(2880, 5120, 4, 64, False), (2880, 1032, 8, 64, True), (2880, 2056, 6, 64, False),
               (2880, 520, 2, 64, True), (1152, 1032, 4, 128, True)]
-# The stream kernel at 9-16 tokens: 8-token tiles (4096^2; streamTokenTiles), and one
-# 16-token tile of one row tile where tiles would take x through the ring (8192->1024).
-# The harness launches them without early start; the plugins' GPU tests run it.
-TOKEN_TILE_CASES = [(4096, 4096, 4, 64, False), (8192, 1024, 4, 64, True)]
+# The stream kernel at 9-16 tokens in 8-token tiles (streamTokenTiles): 4096^2, the rule's
+# edge (8192->4224 in groups of 128: 132 tiles of 32 rows, one a SM on the H200), and
+# 8192->1024, whose blocks take x through the ring at decode but not in tiles. Launched with
+# early start as the plugins launch them (run_kernel).
+TOKEN_TILE_CASES = [(4096, 4096, 4, 64, False), (8192, 4224, 4, 128, True), (8192, 1024, 4, 64, True)]
 
 
 def correctness_cases(quick: bool):
@@ -1005,7 +1027,7 @@ def correctness_cases(quick: bool):
             cases.append((1024, 1032, b, g, True))
     cases += TAIL_CASES + TOKEN_TILE_CASES
     if quick:
-        cases = [c for c in cases if c[0] * c[1] <= 8192 * 8192][:8]
+        cases = [c for c in cases if c[0] * c[1] <= 8192 * 8192][:8] + TOKEN_TILE_CASES[:1]
     return cases
 
 

@@ -113,23 +113,35 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	}
 	cfg := StreamConfig{Bits: bits, Group: group, MT: mt, NT: nt, KW: kw, U: u, D: 2, MinB: 1, Tail: tail}
 	// At least two steps per warp, or one where every block is resident at
-	// once (at most a block per SM, or registers for two or four blocks,
-	// streamMinBlocks): then more warps keep more bytes in flight
-	// (2880->5120 at one token 5.7 us with 8 warps and 1.5 steps each
-	// against 9.6 with 4 and 3; 2048->8192 4.7 against 5.3). Where blocks
-	// would wait for a second wave, one step a warp lost: 2048->8192 at 2
-	// bits 5.4 against 5.3, 6 bits in groups of 128 7.7 against 6.4.
+	// once with one step a warp (streamResident), or where the grid takes
+	// registers for two or four blocks a SM (streamMinBlocks): then more
+	// warps keep more bytes in flight (2880->5120 at one token 5.7 us with
+	// 8 warps and 1.5 steps each against 9.6 with 4 and 3; 2048->8192 4.7
+	// against 5.3; 1024->28672 7.3 with 4 warps a block against 7.7 with 2;
+	// at 2, 3 and 6 bits and in 4-bit groups of 32 over 512-1536 inputs, 4
+	// warps against 2 or 2 against 1, 1.3-2.1 times as fast: 896->4864 at 2
+	// bits 3.5 against 5.6; bench/NOTES.md, thirty-fifth session). Where
+	// blocks would wait for a second wave, one step a warp lost: 2048->8192
+	// at 2 bits 5.4 against 5.3, 6 bits in groups of 128 7.7 against 6.4.
+	steps := ceilDiv(groups, u)
+	halved := func(perWarp int) int {
+		k := kw
+		for k > 1 && steps < perWarp*k {
+			k /= 2
+		}
+		return k
+	}
+	one := cfg
+	one.KW = halved(1)
 	perWarp := 2
-	if blocks <= sms || streamMinBlocks(cfg, blocks, sms) > 1 {
+	if streamMinBlocks(cfg, blocks, sms) > 1 || blocks <= sms*streamResident(one, streamMinBlocks(one, blocks, sms)) {
 		perWarp = 1
 	}
-	for steps := ceilDiv(groups, u); kw > 1 && steps < perWarp*kw; {
-		kw /= 2
-	}
-	cfg.KW = kw
+	cfg.KW = halved(perWarp)
 	cfg.MinB = streamMinBlocks(cfg, blocks, sms)
-	// At decode with at most one block per SM, x travels in the ring with
-	// the weights: a lone block's warps cannot hide x's global latency.
+	// At decode (1-8 tokens) with at most one block per SM, x travels in
+	// the ring with the weights: a lone block's warps cannot hide x's
+	// global latency.
 	// Not at 4 bits over rows of at most 4096 inputs: there a kernel that
 	// reads x from memory starts early (it puts its first weights in
 	// flight before the grid ahead ends), which x in the ring forbids,
@@ -137,7 +149,7 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	// 2.4 against 4.4). At 8 bits and over longer rows the ring stayed
 	// ahead: 4096^2 at one token and 8 bits 8.9 against 10.8, 14336->4096
 	// at 4 tokens in 4-bit groups of 128 14.4 against 19.3.
-	if nt == 1 && blocks <= sms && !(bits == 4 && req.InFeatures <= 4096) {
+	if nt == 1 && req.Tokens <= 8 && blocks <= sms && !(bits == 4 && req.InFeatures <= 4096) {
 		withX := cfg
 		withX.XT = min(8*nt, req.Tokens)
 		if withX.SharedBytes() <= streamMaxShared {
@@ -151,21 +163,36 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // tiles, each block the decode rule's (grid.y 2, every weight read by two
 // blocks, the second mostly from L2), rather than one 16-token tile: at 4
 // bits (not in groups of 32, which get no MINB), where all blocks are
-// resident at once with registers for two a SM, x is read from memory (no
-// XT, so each block starts early) and rows hold at most 8192 inputs. On
-// the H200 at 16 tokens: 3072^2 5.6 us against 6.7, 2048^2 3.1 against
-// 4.3, 3072->1024 3.3 against 5.1, 8192->4096 13.1 against 14.0, 4096^2
-// 7.9 against 8.2; with XT, 8192->2048 11.6 against 10.2; over longer rows
-// 28672->4096 39.7 against 38.7 and 14336->4096 in groups of 128 23.2
-// against 20.9 (bench/NOTES.md, thirty-fourth session).
+// resident at once with registers for two a SM and rows hold at most 8192
+// inputs; in groups of 128 over more than 4096 inputs, only where the
+// tiles take every SM (2*rows >= sms). x is then read from memory (no XT),
+// so each block starts early. On the H200 at 16 tokens: 3072^2 5.6 us
+// against 6.7, 2048^2 3.1 against 4.3, 3072->1024 3.3 against 5.1,
+// 8192->4096 13.1 against 14.0, 4096^2 7.9 against 8.2 (thirty-fourth
+// session); at 9-16 tokens in groups of 64 over 5120-8192 inputs and
+// 512-2112 outputs 1.20-1.38 times as fast, 8192->2048 8.7 against 10.3
+// (with x in the ring and so without early start it took 11.6), and in
+// groups of 128 at 7168->2112 7.2 against 11.9, but 0.81-0.98 times as
+// fast with fewer rows (8192->1024 11.8 against 9.7; thirty-fifth); over
+// longer rows 28672->4096 39.7 against 38.7 and 14336->4096 in groups of
+// 128 23.2 against 20.9 (bench/NOTES.md).
 func streamTokenTiles(req sdk.Request, sms int) bool {
 	rows := ceilDiv(req.OutFeatures, 32)
-	in := req.InFeatures
-	return req.Weight.Bits == 4 && req.Weight.GroupSize != 32 && rows <= sms && in <= 8192 && (in <= 4096 || 2*rows > sms)
+	in, group := req.InFeatures, req.Weight.GroupSize
+	return req.Weight.Bits == 4 && group != 32 && rows <= sms && in <= 8192 && (group == 64 || in <= 4096 || 2*rows >= sms)
+}
+
+// streamResident is the blocks of a variant sure to be resident on an SM at
+// once: registers for max(minb, 8/KW) (a thread holds at most 255, so 8
+// warps an SM at worst), within an SM's shared memory (1 KiB of it
+// reserved per block).
+func streamResident(cfg StreamConfig, minb int) int {
+	return min(max(minb, 8/cfg.KW), streamSMShared/(cfg.SharedBytes()+1024))
 }
 
 // streamMinBlocks is the blocks per SM a variant's registers must allow
-// (MINB): at decode, when the grid is more than one block per SM,
+// (MINB): in one-tile blocks (decode, and 9-16 tokens in 8-token tiles),
+// when the grid is more than one block per SM,
 // registers for 16 warps per SM (128 per thread): 256 blocks of 8 warps
 // then fit one wave. With 4-bit group 32 that would spill, so it keeps 1,
 // and so do the other widths, whose unpacking takes 190-250 registers.

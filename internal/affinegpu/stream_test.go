@@ -106,10 +106,10 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		// 2048^2's 8 steps over 8 warps of 64 blocks.
 		{streamRequest(1, 2880, 5120, 4, 64), 2, 1, 8, 4, 2, 0, 160},
 		{streamRequest(8, 2048, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 64},
-		// One row tile above 8 tokens: more SMs (2048^2, 8192->2048), or
-		// 160 blocks of two evened out as 320 of one (2880->5120); not at
+		// One row tile above 8 tokens: more SMs (14336->2048, 8192->2048),
+		// or 160 blocks of two evened out as 320 of one (2880->5120); not at
 		// 256 blocks (2048->8192), two per SM either way.
-		{streamRequest(16, 8192, 2048, 4, 64), 1, 2, 8, 4, 1, 0, 128},
+		{streamRequest(16, 14336, 2048, 4, 64), 1, 2, 8, 4, 1, 0, 128},
 		{streamRequest(32, 8192, 2048, 4, 64), 1, 4, 8, 4, 1, 0, 128},
 		{streamRequest(16, 2880, 5120, 4, 64), 1, 2, 4, 4, 1, 0, 320},
 		{streamRequest(16, 2048, 8192, 4, 64), 2, 2, 4, 4, 1, 0, 256},
@@ -117,11 +117,18 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(32, 2880, 5120, 4, 64), 2, 4, 4, 4, 1, 0, 160},
 		{streamRequest(16, 2048, 2048, 6, 64), 1, 2, 8, 2, 1, 0, 128},
 		// 9-16 tokens at 4 bits as two 8-token tiles where every block is
-		// resident at once and reads x from memory: 2048^2's 64 row tiles,
-		// 4096^2's 128 with MINB 2; not 8192->2048 (x in the ring, above)
-		// nor 14336->4096 (longer rows).
+		// resident at once, reading x from memory: 2048^2's 64 row tiles,
+		// 4096^2's 128 with MINB 2, 8192->2048's 64 (which at 8 tokens
+		// take x in the ring); not 14336->2048 nor 14336->4096 (longer
+		// rows, above).
 		{streamRequest(16, 2048, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 128},
 		{streamRequest(11, 4096, 4096, 4, 64), 2, 1, 8, 4, 2, 0, 256},
+		{streamRequest(16, 8192, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 128},
+		{streamRequest(8, 8192, 2048, 4, 64), 2, 1, 8, 4, 1, 8, 64},
+		// In groups of 128 over more than 4096 inputs only where the tiles
+		// take every SM: 7168->2112's 132 tiles, not 8192->1024's 64.
+		{streamRequest(16, 7168, 2112, 4, 128), 2, 1, 8, 2, 1, 0, 132},
+		{streamRequest(12, 8192, 1024, 4, 128), 1, 2, 8, 2, 1, 0, 64},
 		// The other widths: the fewest groups a step that make 64 bytes,
 		// no MINB, and one row tile per warp at decode where two would
 		// leave at most a block per SM.
@@ -132,6 +139,13 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		// Without MINB, 256 blocks of 8 warps would wait for a second wave:
 		// two steps a warp, 4 warps (8 steps of 2 groups of 128 at 6 bits).
 		{streamRequest(1, 2048, 8192, 6, 128), 2, 1, 4, 2, 1, 0, 256},
+		// One step a warp where the halved warps leave every block resident
+		// (152 blocks of 4 warps over 7 steps at 2 bits: registers for two
+		// a SM), or where the grid takes MINB though it is not (1024->28672:
+		// 896 blocks, 4 a SM); 512->5120's 2 steps over 2 warps.
+		{streamRequest(1, 896, 4864, 2, 64), 2, 1, 4, 2, 1, 0, 152},
+		{streamRequest(1, 1024, 28672, 4, 64), 2, 1, 4, 4, 4, 0, 896},
+		{streamRequest(1, 512, 5120, 4, 64), 2, 1, 2, 4, 1, 0, 160},
 	} {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())
@@ -204,7 +218,8 @@ func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(1, 14336, 4096, 4, 64), false},  // one block per SM: x in the ring
 		{streamRequest(16, 28672, 8192, 4, 64), false}, // above decode
 		{streamRequest(16, 4096, 4096, 4, 64), true},   // two 8-token tiles, all blocks resident
-		{streamRequest(12, 8192, 2048, 4, 64), false},  // one 16-token tile: tiles would take x in the ring
+		{streamRequest(12, 8192, 2048, 4, 64), true},   // two 8-token tiles, x from memory
+		{streamRequest(12, 14336, 2048, 4, 64), false}, // one 16-token tile: longer rows
 	} {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())
