@@ -99,6 +99,15 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	if nt > 1 && (blocksOf(1) <= sms || (nt == 2 && sms < blocksOf(2) && blocksOf(2) <= 3*sms/2)) {
 		mt = 1
 	}
+	// At decode at 4 bits over rows of more than 4096 inputs (x through the
+	// ring, below), one row tile where that leaves at most half the SMs a
+	// block: twice the blocks, each half the rows (8192->1024 at one token
+	// 5.3 us against 7.5, at 4 tokens 6.1 against 8.4; 14336->1024 7.7
+	// against 11.1; in groups of 128 8192->512 5.6 against 7.7;
+	// bench/NOTES.md, thirty-fifth session).
+	if bits == 4 && nt == 1 && req.Tokens <= 8 && req.InFeatures > 4096 && 2*blocksOf(1) <= sms {
+		mt = 1
+	}
 	blocks := blocksOf(mt)
 	// Four warps per block, eight when that leaves fewer than 8 warps per
 	// SM at decode (4 above 8 tokens, where a warp has 2-4 times the

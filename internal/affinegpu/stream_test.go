@@ -125,6 +125,10 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(11, 4096, 4096, 4, 64), 2, 1, 8, 4, 2, 0, 256},
 		{streamRequest(16, 8192, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 128},
 		{streamRequest(8, 8192, 2048, 4, 64), 2, 1, 8, 4, 1, 8, 64},
+		// At decode over long rows, one row tile where that leaves at most
+		// half the SMs a block (8192->1024's 64), x in the ring.
+		{streamRequest(1, 8192, 1024, 4, 64), 1, 1, 8, 4, 1, 1, 64},
+		{streamRequest(4, 14336, 1024, 4, 128), 1, 1, 8, 2, 1, 4, 64},
 		// In groups of 128 over more than 4096 inputs only where the tiles
 		// take every SM: 7168->2112's 132 tiles, not 8192->1024's 64.
 		{streamRequest(16, 7168, 2112, 4, 128), 2, 1, 8, 2, 1, 0, 132},
