@@ -169,12 +169,10 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
             return None
     nt = 1 if tokens <= 8 else (2 if tokens <= 16 else 4)
     rows32 = -(-out_f // 32)
-    if (nt == 2 and bits == 4 and group != 32 and rows32 <= sms and in_f <= 8192
-            and (group == 64 or in_f <= 4096 or 2 * rows32 >= sms)):
+    if nt == 2 and bits == 4 and group != 32 and rows32 <= sms and in_f <= 8192:
         # 9-16 tokens at 4 bits as two 8-token tiles of the decode rule's blocks where all of
-        # them are resident at once (registers for two a SM), rows of at most 8192 inputs (in
-        # groups of 128 over more than 4096 only where the tiles take every SM); x is read
-        # from memory (no XT, below), so each block may start early
+        # them are resident at once (registers for two a SM), rows of at most 8192 inputs; x
+        # is read from memory (no XT, below), so each block may start early
         nt = 1
     def blocks_of(mt):
         return -(-out_f // (16 * mt)) * -(-tokens // (8 * nt))
@@ -185,6 +183,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         mt = 1
     if bits == 4 and nt == 1 and tokens <= 8 and in_f > 4096 and 2 * blocks_of(1) <= sms:
         mt = 1   # few rows at decode, x through the ring (below): twice the blocks, still at most half the SMs
+    if nt == 1 and tokens > 8 and group == 128 and blocks_of(1) <= 2 * sms:
+        mt = 1   # 8-token tiles in groups of 128 with few rows: at most two blocks a SM
     blocks = blocks_of(mt)
     kw = 4 if blocks * 4 >= (4 if nt > 1 else 8) * sms else 8
     def minb_of(kw, cfg):   # 16 warps per SM in 8-token tiles once the grid exceeds the SMs (if they fit)

@@ -108,6 +108,16 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	if bits == 4 && nt == 1 && req.Tokens <= 8 && req.InFeatures > 4096 && 2*blocksOf(1) <= sms {
 		mt = 1
 	}
+	// 8-token tiles (9-16 tokens) in groups of 128: one row tile where that
+	// leaves at most two blocks a SM. With two, their tiles lost to one
+	// 16-token tile over longer rows, 0.81-0.98 times as fast (8192->1536 at
+	// 12 tokens 12.4 us against 10.1), and with one they won (8192->1536
+	// 8.8 against 10.1, 4096->1024 4.7 against 5.8; in groups of 64 two row
+	// tiles stay ahead: 4096->1024 4.3 against 5.1; bench/NOTES.md,
+	// thirty-fifth session).
+	if nt == 1 && req.Tokens > 8 && group == 128 && blocksOf(1) <= 2*sms {
+		mt = 1
+	}
 	blocks := blocksOf(mt)
 	// Four warps per block, eight when that leaves fewer than 8 warps per
 	// SM at decode (4 above 8 tokens, where a warp has 2-4 times the
@@ -173,22 +183,19 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // blocks, the second mostly from L2), rather than one 16-token tile: at 4
 // bits (not in groups of 32, which get no MINB), where all blocks are
 // resident at once with registers for two a SM and rows hold at most 8192
-// inputs; in groups of 128 over more than 4096 inputs, only where the
-// tiles take every SM (2*rows >= sms). x is then read from memory (no XT),
-// so each block starts early. On the H200 at 16 tokens: 3072^2 5.6 us
-// against 6.7, 2048^2 3.1 against 4.3, 3072->1024 3.3 against 5.1,
-// 8192->4096 13.1 against 14.0, 4096^2 7.9 against 8.2 (thirty-fourth
-// session); at 9-16 tokens in groups of 64 over 5120-8192 inputs and
-// 512-2112 outputs 1.20-1.38 times as fast, 8192->2048 8.7 against 10.3
-// (with x in the ring and so without early start it took 11.6), and in
-// groups of 128 at 7168->2112 7.2 against 11.9, but 0.81-0.98 times as
-// fast with fewer rows (8192->1024 11.8 against 9.7; thirty-fifth); over
+// inputs. x is then read from memory (no XT), so each block starts early.
+// In groups of 128 with few rows the tiles take one row tile a warp
+// (ChooseStream). On the H200 at 16 tokens: 3072^2 5.6 us against 6.7,
+// 2048^2 3.1 against 4.3, 3072->1024 3.3 against 5.1, 8192->4096 13.1
+// against 14.0, 4096^2 7.9 against 8.2 (thirty-fourth session); at 9-16
+// tokens in groups of 64 over 5120-8192 inputs and 512-2112 outputs
+// 1.20-1.38 times as fast, 8192->2048 8.7 against 10.3 (with x in the
+// ring and so without early start it took 11.6; thirty-fifth); over
 // longer rows 28672->4096 39.7 against 38.7 and 14336->4096 in groups of
 // 128 23.2 against 20.9 (bench/NOTES.md).
 func streamTokenTiles(req sdk.Request, sms int) bool {
 	rows := ceilDiv(req.OutFeatures, 32)
-	in, group := req.InFeatures, req.Weight.GroupSize
-	return req.Weight.Bits == 4 && group != 32 && rows <= sms && in <= 8192 && (group == 64 || in <= 4096 || 2*rows >= sms)
+	return req.Weight.Bits == 4 && req.Weight.GroupSize != 32 && rows <= sms && req.InFeatures <= 8192
 }
 
 // streamResident is the blocks of a variant sure to be resident on an SM at
