@@ -147,9 +147,9 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     the decode rule's blocks where all are resident at once, x is read from memory and rows
     hold at most 8192 inputs (they then start early: stream_early_start); two 16-row tiles
     per warp (one at 9-32 tokens where that takes more SMs, or at 9-16 tokens where two leave
-    one to one and a half blocks per SM, so the busiest SM has 48 rows, not 64, or at decode
-    at 4 bits over rows of more than 4096 inputs where one leaves at most half the SMs a
-    block), 128-byte
+    one to one and a half blocks per SM, so the busiest SM has 48 rows, not 64, at decode at
+    4 bits over rows of more than 4096 inputs where one leaves at most half the SMs a block,
+    and in 8-token tiles in groups of 128 where one leaves under two blocks a SM), 128-byte
     steps, two ring slots, four warps per block (eight when that
     leaves fewer than 8 warps per SM, 4 above 8 tokens), at least two steps per warp (one
     where every block is resident at once with one step a warp, stream_resident, or where
@@ -183,8 +183,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         mt = 1
     if bits == 4 and nt == 1 and tokens <= 8 and in_f > 4096 and 2 * blocks_of(1) <= sms:
         mt = 1   # few rows at decode, x through the ring (below): twice the blocks, still at most half the SMs
-    if nt == 1 and tokens > 8 and group == 128 and blocks_of(1) <= 2 * sms:
-        mt = 1   # 8-token tiles in groups of 128 with few rows: at most two blocks a SM
+    if nt == 1 and tokens > 8 and group == 128 and blocks_of(1) < 2 * sms:
+        mt = 1   # 8-token tiles in groups of 128 with few rows: under two blocks a SM, of 8 warps
     blocks = blocks_of(mt)
     kw = 4 if blocks * 4 >= (4 if nt > 1 else 8) * sms else 8
     def minb_of(kw, cfg):   # 16 warps per SM in 8-token tiles once the grid exceeds the SMs (if they fit)

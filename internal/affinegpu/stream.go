@@ -109,13 +109,16 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 		mt = 1
 	}
 	// 8-token tiles (9-16 tokens) in groups of 128: one row tile where that
-	// leaves at most two blocks a SM. With two, their tiles lost to one
-	// 16-token tile over longer rows, 0.81-0.98 times as fast (8192->1536 at
-	// 12 tokens 12.4 us against 10.1), and with one they won (8192->1536
-	// 8.8 against 10.1, 4096->1024 4.7 against 5.8; in groups of 64 two row
-	// tiles stay ahead: 4096->1024 4.3 against 5.1; bench/NOTES.md,
-	// thirty-fifth session).
-	if nt == 1 && req.Tokens > 8 && group == 128 && blocksOf(1) <= 2*sms {
+	// leaves fewer than two blocks a SM, so they keep 8 warps. With two row
+	// tiles their tiles lost to one 16-token tile over longer rows, 0.81-0.98
+	// times as fast (8192->1536 at 12 tokens 12.4 us against 10.1); with one
+	// they won (8192->1536 8.8 against 10.1, 4096->1024 4.7 against 5.8; 36
+	// requests over 2048-8192 inputs and 512-2048 outputs 0.99-1.37 times as
+	// fast, median 1.26). At two blocks a SM of 4 warps they lost
+	// (4096->2112 5.8 against 4.7). In groups of 64 two row tiles stay
+	// ahead: 4096->1024 4.3 against 5.1 (bench/NOTES.md, thirty-fifth
+	// session).
+	if nt == 1 && req.Tokens > 8 && group == 128 && blocksOf(1) < 2*sms {
 		mt = 1
 	}
 	blocks := blocksOf(mt)

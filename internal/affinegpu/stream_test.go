@@ -129,11 +129,13 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		// half the SMs a block (8192->1024's 64), x in the ring.
 		{streamRequest(1, 8192, 1024, 4, 64), 1, 1, 8, 4, 1, 1, 64},
 		{streamRequest(4, 14336, 1024, 4, 128), 1, 1, 8, 2, 1, 4, 64},
-		// In groups of 128, one row tile where that leaves at most two
-		// blocks a SM (8192->1024's 128, 7168->2112's 264 with MINB 4);
+		// In groups of 128, one row tile where that leaves fewer than two
+		// blocks a SM (8192->1024's 128, 8192->2048's 256 with MINB 2), not
+		// at two (7168->2112: 132 blocks of two row tiles, not 264 of one);
 		// 4096^2 keeps two (256 blocks of two).
 		{streamRequest(12, 8192, 1024, 4, 128), 1, 1, 8, 2, 1, 0, 128},
-		{streamRequest(16, 7168, 2112, 4, 128), 1, 1, 4, 2, 4, 0, 264},
+		{streamRequest(16, 8192, 2048, 4, 128), 1, 1, 8, 2, 2, 0, 256},
+		{streamRequest(16, 7168, 2112, 4, 128), 2, 1, 8, 2, 1, 0, 132},
 		{streamRequest(16, 4096, 4096, 4, 128), 2, 1, 8, 2, 2, 0, 256},
 		// The other widths: the fewest groups a step that make 64 bytes,
 		// no MINB, and one row tile per warp at decode where two would
