@@ -210,10 +210,10 @@ func streamResident(cfg StreamConfig, minb int) int {
 }
 
 // streamMinBlocks is the blocks per SM a variant's registers must allow
-// (MINB): in one-tile blocks (decode, and 9-16 tokens in 8-token tiles),
-// when the grid is more than one block per SM,
-// registers for 16 warps per SM (128 per thread): 256 blocks of 8 warps
-// then fit one wave. With 4-bit group 32 that would spill, so it keeps 1,
+// (MINB): in blocks of one 8-token tile (decode, and 9-16 tokens in
+// 8-token tiles), when the grid is more than one block per SM, registers
+// for 16 warps per SM (128 per thread): 256 blocks of 8 warps then fit
+// one wave. With 4-bit group 32 that would spill, so it keeps 1,
 // and so do the other widths, whose unpacking takes 190-250 registers.
 // Only when shared memory lets that many blocks reside (an SM has 228 KiB,
 // 1 KiB of it reserved per block).
