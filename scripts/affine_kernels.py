@@ -144,12 +144,13 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     of fewer groups in whole pieces, stream_tail_step: TAIL).
 
     Measured on the H200 (bench/NOTES.md): 9-16 tokens at 4 bits as two 8-token tiles of
-    the decode rule's blocks where all are resident at once, x is read from memory and rows
-    hold at most 8192 inputs (they then start early: stream_early_start); two 16-row tiles
+    the decode rule's blocks where all are resident at once and rows hold at most 8192 inputs
+    (x is then read from memory, so they start early: stream_early_start); two 16-row tiles
     per warp (one at 9-32 tokens where that takes more SMs, or at 9-16 tokens where two leave
-    one to one and a half blocks per SM, so the busiest SM has 48 rows, not 64, at decode at
-    4 bits over rows of more than 4096 inputs where one leaves at most half the SMs a block,
-    and in 8-token tiles in groups of 128 where one leaves under two blocks a SM), 128-byte
+    one to one and a half blocks per SM, so the busiest SM has 48 rows, not 64; one at decode
+    at 4 bits in groups of 64 and 128 over rows of more than 4096 inputs where one leaves at
+    most half the SMs a block; one in 8-token tiles in groups of 128 where one leaves under
+    two blocks a SM), 128-byte
     steps, two ring slots, four warps per block (eight when that
     leaves fewer than 8 warps per SM, 4 above 8 tokens), at least two steps per warp (one
     where every block is resident at once with one step a warp, stream_resident, or where
@@ -181,7 +182,7 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     mt = 1 if general and nt == 1 and blocks_of(2) <= sms else 2
     if nt > 1 and (blocks_of(1) <= sms or (nt == 2 and sms < blocks_of(2) <= 3 * sms // 2)):
         mt = 1
-    if bits == 4 and nt == 1 and tokens <= 8 and in_f > 4096 and 2 * blocks_of(1) <= sms:
+    if bits == 4 and group != 32 and nt == 1 and tokens <= 8 and in_f > 4096 and 2 * blocks_of(1) <= sms:
         mt = 1   # few rows at decode, x through the ring (below): twice the blocks, still at most half the SMs
     if nt == 1 and tokens > 8 and group == 128 and blocks_of(1) < 2 * sms:
         mt = 1   # 8-token tiles in groups of 128 with few rows: under two blocks a SM, of 8 warps
@@ -963,11 +964,11 @@ def run_kernel(kind, wt, x, tokens, cfg=None, poison=-1):
         grid, block, smem = stream_launch(cfg, tokens, in_f, out_f)
         path = STREAM_CU
         if WG_PDL and stream_early_start(cfg, tokens):
-            # as the plugins launch it: with early start behind a kernel that writes x (a
-            # copy over NaN), so a read of x before the kernel's grid wait would show
+            # as the plugins launch it: with early start, behind a kernel that releases its
+            # dependents at once and writes x over NaN only later (write_x_late), so a read
+            # of x before the kernel's grid wait would show
             y = torch.full((tokens, out_f), -1, dtype=torch.int16, device="cuda")
-            xs = torch.full_like(x, float("nan"))
-            xs.copy_(x)
+            xs = write_x_late(x)
             launch_programmatic(get_kernel(path, cfg, smem), grid, block, kernel_args(wt, xs, y, tokens), smem)
             return y.view(torch.bfloat16), cfg
     elif kind == "bulk":
@@ -1090,9 +1091,74 @@ def check_nonfinite(y, ref, bad: str):
     return ok0 and ok, detail + "; other tokens " + rest
 
 
+_LATE_SRC = r'''
+__device__ unsigned long long kc_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+extern "C" __global__ void kc_write_late(const unsigned short* src, unsigned short* dst, int n, long long spin_ns) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    unsigned long long t0 = kc_now();
+    while (kc_now() - t0 < (unsigned long long)spin_ns) { }
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+}
+extern "C" __global__ void kc_read_early(const unsigned short* src, unsigned short* dst, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+}
+'''
+_late = {}
+
+
+def _late_kernel(name: str):
+    import cupy
+    if "module" not in _late:
+        _late["module"] = cupy.RawModule(code=_LATE_SRC, options=("-std=c++17",), backend="nvrtc")
+    return _late["module"].get_function(name)
+
+
+def write_x_late(x, spin_ns: int = 3_000_000):
+    """A NaN-filled copy of x (bf16) that one block of a kernel on torch's current stream fills
+    with x's values after spin_ns (3 ms: longer than the host takes to launch the next kernel
+    from Python), having released its dependents (griddepcontrol.launch_dependents) as it
+    started: a kernel launched next with early start runs beside it, and reads x's values
+    only if it waits for the grid ahead first."""
+    import numpy as np
+    import torch
+    xs = torch.full_like(x, float("nan"))
+    n = xs.numel()
+    launch_ex(_late_kernel("kc_write_late"), (1, 1, 1), (256, 1, 1),
+              (np.uint64(x.data_ptr()), np.uint64(xs.data_ptr()), np.int32(n), np.int64(spin_ns)),
+              programmatic=False)
+    return xs
+
+
+def check_early_start_setup() -> bool:
+    """write_x_late's control: a kernel launched with early start behind it that copies x
+    without waiting for the grid ahead must see NaN (else the stream kernel's early-start cases
+    could not fail)."""
+    import numpy as np
+    import torch
+    x = torch.ones((8, 4096), dtype=torch.bfloat16, device="cuda")
+    out = torch.zeros_like(x)
+    args = (np.uint64(x.data_ptr()), np.uint64(out.data_ptr()), np.int32(x.numel()))
+    launch_ex(_late_kernel("kc_read_early"), (16, 1, 1), (256, 1, 1), args, programmatic=False)   # loaded
+    torch.cuda.synchronize()
+    xs = write_x_late(x)
+    launch_ex(_late_kernel("kc_read_early"), (16, 1, 1), (256, 1, 1),
+              (np.uint64(xs.data_ptr()), np.uint64(out.data_ptr()), np.int32(x.numel())), programmatic=True)
+    torch.cuda.synchronize()
+    seen = int(torch.isnan(out.float()).sum())
+    ok = seen > 0 and bool(torch.equal(xs, x))
+    print(f"{'PASS' if ok else 'FAIL'} early start: a kernel that reads x without waiting for the grid ahead saw "
+          f"{seen} of {x.numel()} values unwritten; x written in the end: {bool(torch.equal(xs, x))}", flush=True)
+    return ok
+
+
 def run_correctness(quick: bool) -> bool:
     import torch
     self_check_packing()
+    early_ok = not WG_PDL or check_early_start_setup()
     cases = correctness_cases(quick)
     tokens_q = (1, 3, 7, 33)
     tokens_g = (1, 3, 7)
@@ -1143,8 +1209,8 @@ def run_correctness(quick: bool) -> bool:
         del wt
     print(f"correctness: {n_ok}/{n_all} passed ({time.time() - t0:.1f}s)", flush=True)
     if not KERNELS or "bulk" in KERNELS:
-        return run_bulk_correctness() and n_ok == n_all
-    return n_ok == n_all
+        return run_bulk_correctness() and n_ok == n_all and early_ok
+    return n_ok == n_all and early_ok
 
 
 def bulk_correctness_cases():
@@ -2119,8 +2185,8 @@ def launch_programmatic(kern, grid, block, args, shared_mem=0):
 
 def launch_ex(kern, grid, block, args, shared_mem=0, programmatic=True):
     """cuLaunchKernelEx on torch's current stream, with programmatic stream
-    serialization when asked. args: np.uint64, np.int32, or ctypes objects
-    passed by value (a tensor map's 128 bytes)."""
+    serialization when asked. args: np.uint64, np.int32, np.int64, or ctypes
+    arrays passed by value (a tensor map's 128 bytes)."""
     import numpy as np
     import torch
     lib = _libcuda()
@@ -2130,10 +2196,12 @@ def launch_ex(kern, grid, block, args, shared_mem=0, programmatic=True):
             values.append(ctypes.c_uint64(int(a)))
         elif isinstance(a, np.int32):
             values.append(ctypes.c_int32(int(a)))
+        elif isinstance(a, np.int64):
+            values.append(ctypes.c_int64(int(a)))
         elif isinstance(a, ctypes.Array):
             values.append(a)
         else:
-            raise TypeError(f"launch_ex packs np.uint64, np.int32 and ctypes arrays, not {type(a).__name__}")
+            raise TypeError(f"launch_ex packs np.uint64, np.int32, np.int64 and ctypes arrays, not {type(a).__name__}")
     params = (ctypes.c_void_p * len(values))(*[ctypes.c_void_p(ctypes.addressof(v)) for v in values])
     attr = _LaunchAttribute(id=6)   # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     attr.value.allowed = 1

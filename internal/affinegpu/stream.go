@@ -99,13 +99,14 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	if nt > 1 && (blocksOf(1) <= sms || (nt == 2 && sms < blocksOf(2) && blocksOf(2) <= 3*sms/2)) {
 		mt = 1
 	}
-	// At decode at 4 bits over rows of more than 4096 inputs (x through the
-	// ring, below), one row tile where that leaves at most half the SMs a
-	// block: twice the blocks, each half the rows (8192->1024 at one token
-	// 5.3 us against 7.5, at 4 tokens 6.1 against 8.4; 14336->1024 7.7
-	// against 11.1; in groups of 128 8192->512 5.6 against 7.7;
-	// bench/NOTES.md, thirty-fifth session).
-	if bits == 4 && nt == 1 && req.Tokens <= 8 && req.InFeatures > 4096 && 2*blocksOf(1) <= sms {
+	// At decode at 4 bits in groups of 64 and 128 over rows of more than
+	// 4096 inputs (x through the ring, below), one row tile where that
+	// leaves at most half the SMs a block: twice the blocks, each half the
+	// rows (8192->1024 at one token 5.3 us against 7.5, at 4 tokens 6.1
+	// against 8.4; 14336->1024 7.7 against 11.1; in groups of 128 8192->512
+	// 5.6 against 7.7; bench/NOTES.md, thirty-fifth session). Groups of 32
+	// were not measured.
+	if bits == 4 && group != 32 && nt == 1 && req.Tokens <= 8 && req.InFeatures > 4096 && 2*blocksOf(1) <= sms {
 		mt = 1
 	}
 	// 8-token tiles (9-16 tokens) in groups of 128: one row tile where that
@@ -123,8 +124,8 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	}
 	blocks := blocksOf(mt)
 	// Four warps per block, eight when that leaves fewer than 8 warps per
-	// SM at decode (4 above 8 tokens, where a warp has 2-4 times the
-	// tokens).
+	// SM in blocks of one 8-token tile (4 in 16- and 32-token tiles, where
+	// a warp has 2-4 times the tokens).
 	minWarps := 8
 	if nt > 1 {
 		minWarps = 4
@@ -192,10 +193,11 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // 2048^2 3.1 against 4.3, 3072->1024 3.3 against 5.1, 8192->4096 13.1
 // against 14.0, 4096^2 7.9 against 8.2 (thirty-fourth session); at 9-16
 // tokens in groups of 64 over 5120-8192 inputs and 512-2112 outputs
-// 1.20-1.38 times as fast, 8192->2048 8.7 against 10.3 (with x in the
-// ring and so without early start it took 11.6; thirty-fifth); over
-// longer rows 28672->4096 39.7 against 38.7 and 14336->4096 in groups of
-// 128 23.2 against 20.9 (bench/NOTES.md).
+// 1.20-1.38 times as fast, 8192->2048 8.7 against 10.3 (thirty-fifth;
+// with x in the ring and so without early start, the thirty-fourth
+// session's tiles took 11.6 there); over longer rows 28672->4096 39.7
+// against 38.7 and 14336->4096 in groups of 128 23.2 against 20.9
+// (bench/NOTES.md).
 func streamTokenTiles(req sdk.Request, sms int) bool {
 	rows := ceilDiv(req.OutFeatures, 32)
 	return req.Weight.Bits == 4 && req.Weight.GroupSize != 32 && rows <= sms && req.InFeatures <= 8192

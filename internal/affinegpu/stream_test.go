@@ -75,14 +75,16 @@ func TestChooseStreamTakesALastStepOfFewerGroups(t *testing.T) {
 
 func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 	// The H200 sweeps (bench/NOTES.md): two row tiles per warp (one above 8
-	// tokens where that takes more SMs or evens out 1-1.5 blocks per SM);
-	// 4 warps per block, 8 when the grid is small, at least two steps per
-	// warp unless every block is resident at once; 128-byte steps; at
-	// decode, registers for 16 warps per SM once there is more than one
-	// block per SM, else x through the ring, but not at 4 bits over rows
-	// of at most 4096 inputs (early start pays more there); 9-16 tokens at
-	// 4 bits as two 8-token tiles of the decode rule's blocks where they are
-	// all resident at once and read x from memory.
+	// tokens where that takes more SMs or evens out 1-1.5 blocks per SM,
+	// and with few rows at decode over long rows or in 8-token tiles in
+	// groups of 128); 4 warps per block, 8 when the grid is small, at least
+	// two steps per warp unless every block is resident at once or the
+	// grid takes MINB; 128-byte steps; at decode, registers for 16 warps
+	// per SM once there is more than one block per SM, else x through the
+	// ring, but not at 4 bits over rows of at most 4096 inputs (early start
+	// pays more there); 9-16 tokens at 4 bits as two 8-token tiles of the
+	// decode rule's blocks where they are all resident at once, reading x
+	// from memory.
 	for _, c := range []struct {
 		req                             sdk.Request
 		mt, nt, kw, u, minb, xt, blocks int
@@ -129,6 +131,7 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		// half the SMs a block (8192->1024's 64), x in the ring.
 		{streamRequest(1, 8192, 1024, 4, 64), 1, 1, 8, 4, 1, 1, 64},
 		{streamRequest(4, 14336, 1024, 4, 128), 1, 1, 8, 2, 1, 4, 64},
+		{streamRequest(1, 8192, 1024, 4, 32), 2, 1, 8, 8, 1, 1, 32}, // groups of 32: not measured
 		// In groups of 128, one row tile where that leaves fewer than two
 		// blocks a SM (8192->1024's 128, 8192->2048's 256 with MINB 2), not
 		// at two (7168->2112: 132 blocks of two row tiles, not 264 of one);
