@@ -77,52 +77,8 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 			nt = 1
 		}
 	}
-	// Two 16-row tiles per warp; at decode, 2, 3, 5 and 6 bits take one
-	// where two leave at most a block per SM: with streamStepGroups' short
-	// steps, twice the blocks of 8 warps beat two row tiles with x through
-	// the ring and the first rule's longer steps (14336->4096 at one token,
-	// 6 bits 16.4 us against 18.4, 3 bits 15.0 against 15.8, 5 bits 17.4
-	// against 18.4; with the longer steps one row tile was slower: 23.9 and
-	// 22.6 at 6 and 3 bits; bench/NOTES.md, thirty-first session).
-	blocksOf := func(mt int) int { return ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt) }
-	mt := 2
-	general := bits != 4 && bits != 8
-	if general && nt == 1 && blocksOf(2) <= sms {
-		mt = 1
-	}
-	// Above 8 tokens, one row tile where that takes more SMs, or where two
-	// leave one to one and a half blocks per SM: the busiest SM then has 48
-	// rows, not 64 (2880->5120 at 16 tokens 9.1 us against 10.4;
-	// 8192->2048 at 16 tokens 10.2 against 12.9, at 32 13.4 against 16.3;
-	// at 256 blocks, two per SM either way, two row tiles stay: 2048->8192
-	// 7.7 against 9.9; bench/NOTES.md, thirty-fourth session).
-	if nt > 1 && (blocksOf(1) <= sms || (nt == 2 && sms < blocksOf(2) && blocksOf(2) <= 3*sms/2)) {
-		mt = 1
-	}
-	// At decode at 4 bits in groups of 64 and 128 over rows of more than
-	// 4096 inputs (x through the ring, below), one row tile where that
-	// leaves at most half the SMs a block: twice the blocks, each half the
-	// rows (8192->1024 at one token 5.3 us against 7.5, at 4 tokens 6.1
-	// against 8.4; 14336->1024 7.7 against 11.1; in groups of 128 8192->512
-	// 5.6 against 7.7; bench/NOTES.md, thirty-fifth session). Groups of 32
-	// were not measured.
-	if bits == 4 && group != 32 && nt == 1 && req.Tokens <= 8 && req.InFeatures > 4096 && 2*blocksOf(1) <= sms {
-		mt = 1
-	}
-	// 8-token tiles (9-16 tokens) in groups of 128: one row tile where that
-	// leaves fewer than two blocks a SM, so they keep 8 warps. With two row
-	// tiles their tiles lost to one 16-token tile over longer rows, 0.81-0.98
-	// times as fast (8192->1536 at 12 tokens 12.4 us against 10.1); with one
-	// they won (8192->1536 8.8 against 10.1, 4096->1024 4.7 against 5.8; 36
-	// requests over 2048-8192 inputs and 512-2048 outputs 0.99-1.37 times as
-	// fast, median 1.26). At two blocks a SM of 4 warps they lost
-	// (4096->2112 5.8 against 4.7). In groups of 64 two row tiles stay
-	// ahead: 4096->1024 4.3 against 5.1 (bench/NOTES.md, thirty-fifth
-	// session).
-	if nt == 1 && req.Tokens > 8 && group == 128 && blocksOf(1) < 2*sms {
-		mt = 1
-	}
-	blocks := blocksOf(mt)
+	mt := streamRowTiles(req, nt, sms)
+	blocks := streamBlocks(req, mt, nt)
 	// Four warps per block, eight when that leaves fewer than 8 warps per
 	// SM in blocks of one 8-token tile (4 in 16- and 32-token tiles, where
 	// a warp has 2-4 times the tokens).
@@ -180,6 +136,65 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 		}
 	}
 	return cfg, ""
+}
+
+// streamRowTiles is the 16-row tiles per warp (MT) of the stream variant
+// for req in nt 8-token tiles per block on sms multiprocessors: two, or
+// one where the sweeps below found twice the blocks faster.
+func streamRowTiles(req sdk.Request, nt, sms int) int {
+	// Two 16-row tiles per warp; at decode, 2, 3, 5 and 6 bits take one
+	// where two leave at most a block per SM: with streamStepGroups' short
+	// steps, twice the blocks of 8 warps beat two row tiles with x through
+	// the ring and the first rule's longer steps (14336->4096 at one token,
+	// 6 bits 16.4 us against 18.4, 3 bits 15.0 against 15.8, 5 bits 17.4
+	// against 18.4; with the longer steps one row tile was slower: 23.9 and
+	// 22.6 at 6 and 3 bits; bench/NOTES.md, thirty-first session).
+	bits, group := req.Weight.Bits, req.Weight.GroupSize
+	blocksOf := func(mt int) int { return streamBlocks(req, mt, nt) }
+	mt := 2
+	general := bits != 4 && bits != 8
+	if general && nt == 1 && blocksOf(2) <= sms {
+		mt = 1
+	}
+	// Above 8 tokens, one row tile where that takes more SMs, or where two
+	// leave one to one and a half blocks per SM: the busiest SM then has 48
+	// rows, not 64 (2880->5120 at 16 tokens 9.1 us against 10.4;
+	// 8192->2048 at 16 tokens 10.2 against 12.9, at 32 13.4 against 16.3;
+	// at 256 blocks, two per SM either way, two row tiles stay: 2048->8192
+	// 7.7 against 9.9; bench/NOTES.md, thirty-fourth session).
+	if nt > 1 && (blocksOf(1) <= sms || (nt == 2 && sms < blocksOf(2) && blocksOf(2) <= 3*sms/2)) {
+		mt = 1
+	}
+	// At decode at 4 bits in groups of 64 and 128 over rows of more than
+	// 4096 inputs (x through the ring, below), one row tile where that
+	// leaves at most half the SMs a block: twice the blocks, each half the
+	// rows (8192->1024 at one token 5.3 us against 7.5, at 4 tokens 6.1
+	// against 8.4; 14336->1024 7.7 against 11.1; in groups of 128 8192->512
+	// 5.6 against 7.7; bench/NOTES.md, thirty-fifth session). Groups of 32
+	// were not measured.
+	if bits == 4 && group != 32 && nt == 1 && req.Tokens <= 8 && req.InFeatures > 4096 && 2*blocksOf(1) <= sms {
+		mt = 1
+	}
+	// 8-token tiles (9-16 tokens) in groups of 128: one row tile where that
+	// leaves fewer than two blocks a SM, so they keep 8 warps. With two row
+	// tiles their tiles lost to one 16-token tile over longer rows, 0.81-0.98
+	// times as fast (8192->1536 at 12 tokens 12.4 us against 10.1); with one
+	// they won (8192->1536 8.8 against 10.1, 4096->1024 4.7 against 5.8; 36
+	// requests over 2048-8192 inputs and 512-2048 outputs 0.99-1.37 times as
+	// fast, median 1.26). At two blocks a SM of 4 warps they lost
+	// (4096->2112 5.8 against 4.7). In groups of 64 two row tiles stay
+	// ahead: 4096->1024 4.3 against 5.1 (bench/NOTES.md, thirty-fifth
+	// session).
+	if nt == 1 && req.Tokens > 8 && group == 128 && blocksOf(1) < 2*sms {
+		mt = 1
+	}
+	return mt
+}
+
+// streamBlocks is the grid's blocks for req in mt 16-row tiles per warp
+// and nt 8-token tiles per block.
+func streamBlocks(req sdk.Request, mt, nt int) int {
+	return ceilDiv(req.OutFeatures, 16*mt) * ceilDiv(req.Tokens, 8*nt)
 }
 
 // streamTokenTiles reports whether 9 to 16 tokens run as two 8-token
