@@ -210,17 +210,30 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         cfg["MINB"] = minb_of(kw, cfg)
     cfg.update(STREAM_OVER)
     cfg.update(over)
-    if nt == 1 and tokens <= 8 and blocks <= sms and not (bits == 4 and in_f <= 4096) and "XT" not in cfg:
-        # at most one block per SM at decode: x through the ring (if it fits)
-        cfg["XT"] = min(8 * nt, tokens)
-        if stream_smem_bytes(cfg) > 227 * 1024:
-            del cfg["XT"]
+    if nt == 1 and tokens <= 8 and blocks <= sms and not (bits == 4 and in_f <= 4096 and tokens > 1) and "XT" not in cfg:
+        # at most one block per SM at decode (stream_ring; Go: streamRing): x through the ring
+        # after the first steps' weights (XE: early start), three slots, one block an SM
+        # (_SOLO: shared memory past half an SM); x from memory where it does not fit
+        # where x does not fit the three slots, and two where three do not fit at all
+        for d in ([cfg["D"]] if "D" in over or "D" in STREAM_OVER else [3, 2]):
+            ring = dict(cfg, D=d)
+            ring.setdefault("_SOLO", 1)
+            with_x = dict(ring, XT=min(8 * nt, tokens))
+            with_x.setdefault("XE", 1)
+            if stream_smem_bytes(with_x) <= 227 * 1024:
+                cfg = with_x
+                break
+            if stream_smem_bytes(ring) <= 227 * 1024:
+                cfg = ring
+                break
     if cfg.get("XT", 0) < 0:    # -1: x through the ring for every token of the tile
         cfg["XT"] = min(8 * nt, tokens)
     if cfg.get("XT", 1) == 0:
         del cfg["XT"]
     elif "XT" in cfg and cfg["XT"] < min(8 * cfg["NT"], tokens):
         raise ValueError(f"XT={cfg['XT']} leaves tokens of an {8 * cfg['NT']}-token tile without x")
+    if not cfg.get("XE", 1) or "XT" not in cfg:
+        cfg.pop("XE", None)   # XE (the first steps' x after their weights) only with x in the ring
     if cfg.get("SPK", 0):
         del cfg["SPK"]   # the kernel's default
     line = 128 if bits in (4, 8) else 16
@@ -239,8 +252,9 @@ def stream_resident(cfg: dict, minb: int) -> int:
 
 def stream_early_start(cfg: dict, tokens: int) -> bool:
     """Whether the plugins launch affine_stream with early start (Go: StreamConfig.EarlyStart):
-    x read from memory (no XT), at decode (up to --stream-pdl-tokens) or in 8-token tiles."""
-    return not cfg.get("XT") and (tokens <= STREAM_PDL_TOKENS or cfg["NT"] == 1)
+    x read from memory (no XT) or through the ring after the first steps' weights (XE), at
+    decode (up to --stream-pdl-tokens) or in 8-token tiles."""
+    return (not cfg.get("XT") or bool(cfg.get("XE"))) and (tokens <= STREAM_PDL_TOKENS or cfg["NT"] == 1)
 
 
 def stream_step_groups(bits: int, group: int, groups: int) -> int | None:
@@ -289,11 +303,17 @@ def stream_smem_bytes(cfg: dict) -> int:
     return max(ring, red)
 
 
+STREAM_SOLO_SMEM = 228 * 1024 // 2 - 1024 + 16   # the least that keeps a second block off an SM (1 KiB reserved each)
+
+
 def stream_launch(cfg: dict, tokens: int, in_f: int, out_f: int):
     """(grid, block, dynamic shared bytes) for affine_stream."""
     mt, nt, kw = cfg["MT"], cfg["NT"], cfg["KW"]
     grid = (-(-out_f // (16 * mt)), -(-tokens // (8 * nt)), 1)
-    return grid, (32 * kw, 1, 1), stream_smem_bytes(cfg)
+    smem = stream_smem_bytes(cfg)
+    if cfg.get("_SOLO"):   # one block an SM: more than half its shared memory (Go: Solo, streamSoloShared)
+        smem = max(smem, STREAM_SOLO_SMEM)
+    return grid, (32 * kw, 1, 1), smem
 
 
 BULK_MAX_SMEM = 227 * 1024

@@ -49,7 +49,9 @@ def stream(sms, tokens, in_f, out_f, bits, group):
     cfg = ak.stream_config(bits, group, tokens, in_f, out_f, sms)
     if cfg is None:
         return None
-    return dict({"MINB": 1, "XT": 0}, **cfg, smem=ak.stream_smem_bytes(cfg))   # the kernel's defaults, which the Go rule names
+    _, _, smem = ak.stream_launch(cfg, tokens, in_f, out_f)   # with _SOLO's padding
+    macros = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    return dict({"MINB": 1, "XT": 0}, **macros, smem=smem)   # the kernel's defaults, which the Go rule names
 
 
 def qmm(sms, tokens, in_f, out_f, bits, group):

@@ -34,6 +34,16 @@ type StreamConfig struct {
 	D           int // ring slots per warp
 	MinB        int // blocks per SM the register allocation must allow
 	XT          int // token rows of x that travel in the ring (0: x read from global memory)
+	// XE sends the first steps' x through the ring after their weights,
+	// which the kernel copies before it waits for the grid ahead (the XE
+	// macro, with XT only): the kernel then starts early though x travels
+	// in the ring.
+	XE bool
+	// Solo launches the kernel with more than half an SM's shared memory
+	// (streamSoloShared), so that one block runs on an SM at a time: under
+	// early start the next call's blocks then take SMs as this call's
+	// leave, and none shares an SM with another block of its own grid.
+	Solo bool
 	// Tail is the groups of a row's last step where U does not divide the
 	// row's groups (the TAIL macro; 0: it does), as at gpt-oss's 2880
 	// inputs (45 groups of 64). The kernel then copies each row's scales
@@ -119,23 +129,49 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	cfg.KW = halved(perWarp)
 	cfg.MinB = streamMinBlocks(cfg, blocks, sms)
 	// At decode (1-8 tokens) with at most one block per SM, x travels in
-	// the ring with the weights: a lone block's warps cannot hide x's
-	// global latency.
-	// Not at 4 bits over rows of at most 4096 inputs: there a kernel that
-	// reads x from memory starts early (it puts its first weights in
-	// flight before the grid ahead ends), which x in the ring forbids,
-	// and that pays more (4096^2 at 4 tokens 5.3 us against 7.2, 2048^2
-	// 2.4 against 4.4). At 8 bits and over longer rows the ring stayed
-	// ahead: 4096^2 at one token and 8 bits 8.9 against 10.8, 14336->4096
-	// at 4 tokens in 4-bit groups of 128 14.4 against 19.3.
-	if nt == 1 && req.Tokens <= 8 && blocks <= sms && !(bits == 4 && req.InFeatures <= 4096) {
-		withX := cfg
-		withX.XT = min(8*nt, req.Tokens)
-		if withX.SharedBytes() <= streamMaxShared {
-			cfg = withX
-		}
+	// the ring with the weights (streamRing): a lone block's warps cannot
+	// hide x's global latency.
+	// Not at 2-8 tokens and 4 bits over rows of at most 4096 inputs: there
+	// x read from memory stays ahead (4096^2 at 4 tokens 5.3 us against
+	// 5.9 with x in the ring and early start, 7.2 without; 2048^2 2.4
+	// against 2.8 and 4.4). At 8 bits and over longer rows the ring stays
+	// ahead: 4096^2 at one token and 8 bits 7.6 against 10.8, 14336->4096
+	// at 4 tokens in 4-bit groups of 128 11.8 against 19.4.
+	if nt == 1 && req.Tokens <= 8 && blocks <= sms && !(bits == 4 && req.InFeatures <= 4096 && req.Tokens > 1) {
+		cfg = streamRing(cfg, req)
 	}
 	return cfg, ""
+}
+
+// streamRing is the decode variant for a grid of at most one block per SM:
+// x through the ring (XT) after the first steps' weights (XE), so the
+// kernel starts early, three ring slots per warp, and one block an SM
+// (Solo); where x does not fit the three slots, x from memory, and two
+// slots where three do not fit at all. On the H200
+// (bench/NOTES.md, thirty-sixth session), against x in two slots without
+// early start, µs: 14336->4096 at one token 11.6 against 13.4, at four
+// 13.0 against 15.9; 8192->1024 at one token 3.9 against 5.6; 28672->4096
+// 20.9 against 24.1; 8 bits 4096^2 at four tokens 7.4 against 9.5. Early
+// start with two blocks of consecutive calls on an SM lost: 14336->4096
+// 18.8, 8192->1024 6.4 (with three slots and Solo 3.9). At one token and 4
+// bits over rows of at most 4096 inputs, where x came from memory with
+// early start, too: 4096^2 4.7 against 5.2, gpt-oss's 2880^2 3.5 against
+// 5.5 (at 2-8 tokens there x from memory stays ahead: 4096^2 at four
+// tokens 5.3 against 5.9).
+func streamRing(cfg StreamConfig, req sdk.Request) StreamConfig {
+	for _, d := range []int{3, 2} { // two slots where three do not fit (8 bits in groups of 128)
+		ring := cfg
+		ring.D, ring.Solo = d, true
+		withX := ring
+		withX.XT, withX.XE = min(8*cfg.NT, req.Tokens), true
+		if withX.SharedBytes() <= streamMaxShared {
+			return withX
+		}
+		if ring.SharedBytes() <= streamMaxShared {
+			return ring
+		}
+	}
+	return cfg
 }
 
 // streamRowTiles is the 16-row tiles per warp (MT) of the stream variant
@@ -312,6 +348,9 @@ func streamTailStep(bits, group, groups int) (u, tail int) {
 const (
 	streamMaxShared = 227 << 10
 	streamSMShared  = 228 << 10
+	// streamSoloShared is the least dynamic shared memory that keeps a
+	// second block off an SM (each block also takes 1 KiB reserved).
+	streamSoloShared = streamSMShared/2 - 1024 + 16
 )
 
 // Defines are the kernel's -D macros.
@@ -320,6 +359,9 @@ func (c StreamConfig) Defines() map[string]int {
 		"MINB": max(c.MinB, 1), "XT": c.XT}
 	if c.Tail > 0 {
 		d["TAIL"] = c.Tail
+	}
+	if c.XE {
+		d["XE"] = 1
 	}
 	return d
 }
@@ -352,15 +394,20 @@ func (c StreamConfig) SharedBytes() int {
 	return max(ring, red)
 }
 
-// Launch gives grid, block and dynamic shared memory for req.
+// Launch gives grid, block and dynamic shared memory for req: with Solo
+// at least streamSoloShared.
 func (c StreamConfig) Launch(req sdk.Request) (grid, block [3]uint32, shared uint32) {
 	grid = [3]uint32{uint32(ceilDiv(req.OutFeatures, 16*c.MT)), uint32(ceilDiv(req.Tokens, 8*c.NT)), 1}
-	return grid, [3]uint32{uint32(32 * c.KW), 1, 1}, uint32(c.SharedBytes())
+	sh := c.SharedBytes()
+	if c.Solo {
+		sh = max(sh, streamSoloShared)
+	}
+	return grid, [3]uint32{uint32(32 * c.KW), 1, 1}, uint32(sh)
 }
 
 // Describe names the variant for logs.
 func (c StreamConfig) Describe() string {
-	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d MINB=%d XT=%d TAIL=%d", c.MT, c.NT, c.KW, c.U, c.D, max(c.MinB, 1), c.XT, c.Tail)
+	return fmt.Sprintf("stream MT=%d NT=%d KW=%d U=%d D=%d MINB=%d XT=%d XE=%t TAIL=%d solo=%t", c.MT, c.NT, c.KW, c.U, c.D, max(c.MinB, 1), c.XT, c.XE, c.Tail, c.Solo)
 }
 
 // AdmitStream picks the stream variant for req on hw, or says why the
@@ -399,15 +446,17 @@ func PrepareStream(env sdk.Env, req sdk.Request, weights sdk.Buffers, cfg Stream
 // EarlyStart says whether the plan launches the variant with early start
 // (programmatic dependent launch, sm_90): the kernel then puts its first
 // steps' weights in flight while the kernel ahead finishes and waits for it
-// before it reads x. Only at decode with x read from memory (XT 0): there,
-// on the H200, back-to-back calls took 4096->14336 from 14.9 to 12.3 us and
-// 28672->8192 from 41.5 to 38.4 at one token; with x in the ring (which
-// must wait before its first copy) 14336->4096 went from 13.7 to 20.3 us,
-// and at 16 tokens 28672->8192 from 71.2 to 84.1 (bench/NOTES.md, eighth
-// session). Also at 9-16 tokens in 8-token tiles (streamTokenTiles), whose
+// before it reads x. Only at decode with x read from memory (XT 0), or in
+// the ring after the first steps' weights (XE): there, on the H200,
+// back-to-back calls took 4096->14336 from 14.9 to 12.3 us and
+// 28672->8192 from 41.5 to 38.4 at one token; with x in the ring before
+// the first copy (which must wait for the grid ahead) 14336->4096 went
+// from 13.7 to 20.3 us, and at 16 tokens 28672->8192 from 71.2 to 84.1
+// (bench/NOTES.md, eighth session); with XE, three slots and Solo
+// 14336->4096 took 11.6 against 13.4 without early start (thirty-sixth). Also at 9-16 tokens in 8-token tiles (streamTokenTiles), whose
 // blocks are all resident at once (thirty-fourth session).
 func (c StreamConfig) EarlyStart(req sdk.Request) bool {
-	return c.XT == 0 && (req.Tokens <= 8 || c.NT == 1)
+	return (c.XT == 0 || c.XE) && (req.Tokens <= 8 || c.NT == 1)
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

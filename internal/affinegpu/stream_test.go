@@ -80,90 +80,95 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 	// groups of 128); 4 warps per block, 8 when the grid is small, at least
 	// two steps per warp unless every block is resident at once or the
 	// grid takes MINB; 128-byte steps; at decode, registers for 16 warps
-	// per SM once there is more than one block per SM, else x through the
-	// ring, but not at 4 bits over rows of at most 4096 inputs (early start
-	// pays more there); 9-16 tokens at 4 bits as two 8-token tiles of the
-	// decode rule's blocks where they are all resident at once, reading x
-	// from memory.
+	// per SM once there is more than one block per SM, else (streamRing)
+	// x through the ring after the first steps' weights, three slots and
+	// one block an SM, but not at 2-8 tokens and 4 bits over rows of at
+	// most 4096 inputs (x read from memory pays more there); 9-16 tokens at
+	// 4 bits as two 8-token tiles of the decode rule's blocks where they
+	// are all resident at once, reading x from memory.
 	for _, c := range []struct {
-		req                             sdk.Request
-		mt, nt, kw, u, minb, xt, blocks int
+		req                                sdk.Request
+		mt, nt, kw, u, d, minb, xt, blocks int
 	}{
-		{streamRequest(1, 4096, 14336, 4, 64), 2, 1, 4, 4, 4, 0, 448},
-		{streamRequest(1, 14336, 4096, 4, 64), 2, 1, 8, 4, 1, 1, 128},
-		{streamRequest(1, 28672, 8192, 4, 64), 2, 1, 8, 4, 2, 0, 256},
-		{streamRequest(1, 4096, 14336, 4, 32), 2, 1, 4, 8, 1, 0, 448},
-		{streamRequest(16, 8192, 28672, 4, 64), 2, 2, 4, 4, 1, 0, 896},
-		{streamRequest(16, 28672, 8192, 4, 64), 2, 2, 4, 4, 1, 0, 256},
-		{streamRequest(16, 14336, 4096, 4, 64), 2, 2, 8, 4, 1, 0, 128},
-		{streamRequest(32, 28672, 8192, 4, 64), 2, 4, 4, 4, 1, 0, 256},
-		{streamRequest(32, 4096, 4096, 4, 64), 2, 4, 8, 4, 1, 0, 128},
-		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 1, 4, 128},
-		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 1, 0, 128},
-		{streamRequest(4, 4096, 4096, 4, 64), 2, 1, 8, 4, 1, 0, 128},
-		{streamRequest(4, 4096, 4096, 4, 128), 2, 1, 8, 2, 1, 0, 128},
-		{streamRequest(4, 14336, 4096, 4, 128), 2, 1, 8, 2, 1, 4, 128},
+		{streamRequest(1, 4096, 14336, 4, 64), 2, 1, 4, 4, 2, 4, 0, 448},
+		{streamRequest(1, 14336, 4096, 4, 64), 2, 1, 8, 4, 3, 1, 1, 128},
+		{streamRequest(1, 28672, 8192, 4, 64), 2, 1, 8, 4, 2, 2, 0, 256},
+		{streamRequest(1, 4096, 14336, 4, 32), 2, 1, 4, 8, 2, 1, 0, 448},
+		{streamRequest(16, 8192, 28672, 4, 64), 2, 2, 4, 4, 2, 1, 0, 896},
+		{streamRequest(16, 28672, 8192, 4, 64), 2, 2, 4, 4, 2, 1, 0, 256},
+		{streamRequest(16, 14336, 4096, 4, 64), 2, 2, 8, 4, 2, 1, 0, 128},
+		{streamRequest(32, 28672, 8192, 4, 64), 2, 4, 4, 4, 2, 1, 0, 256},
+		{streamRequest(32, 4096, 4096, 4, 64), 2, 4, 8, 4, 2, 1, 0, 128},
+		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 3, 1, 4, 128},
+		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 3, 1, 1, 128},
+		{streamRequest(4, 4096, 4096, 4, 64), 2, 1, 8, 4, 2, 1, 0, 128},
+		{streamRequest(4, 4096, 4096, 4, 128), 2, 1, 8, 2, 2, 1, 0, 128},
+		{streamRequest(4, 14336, 4096, 4, 128), 2, 1, 8, 2, 3, 1, 4, 128},
 		// One step a warp where every block is resident at once: 12 steps
 		// (45 groups of 64, the last of one) over 8 warps with MINB 2;
 		// 2048^2's 8 steps over 8 warps of 64 blocks.
-		{streamRequest(1, 2880, 5120, 4, 64), 2, 1, 8, 4, 2, 0, 160},
-		{streamRequest(8, 2048, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 64},
+		{streamRequest(1, 2880, 5120, 4, 64), 2, 1, 8, 4, 2, 2, 0, 160},
+		{streamRequest(8, 2048, 2048, 4, 64), 2, 1, 8, 4, 2, 1, 0, 64},
 		// One row tile above 8 tokens: more SMs (14336->2048, 8192->2048),
 		// or 160 blocks of two evened out as 320 of one (2880->5120); not at
 		// 256 blocks (2048->8192), two per SM either way.
-		{streamRequest(16, 14336, 2048, 4, 64), 1, 2, 8, 4, 1, 0, 128},
-		{streamRequest(32, 8192, 2048, 4, 64), 1, 4, 8, 4, 1, 0, 128},
-		{streamRequest(16, 2880, 5120, 4, 64), 1, 2, 4, 4, 1, 0, 320},
-		{streamRequest(16, 2048, 8192, 4, 64), 2, 2, 4, 4, 1, 0, 256},
+		{streamRequest(16, 14336, 2048, 4, 64), 1, 2, 8, 4, 2, 1, 0, 128},
+		{streamRequest(32, 8192, 2048, 4, 64), 1, 4, 8, 4, 2, 1, 0, 128},
+		{streamRequest(16, 2880, 5120, 4, 64), 1, 2, 4, 4, 2, 1, 0, 320},
+		{streamRequest(16, 2048, 8192, 4, 64), 2, 2, 4, 4, 2, 1, 0, 256},
 		// not at 17-32 tokens once the SMs are all taken
-		{streamRequest(32, 2880, 5120, 4, 64), 2, 4, 4, 4, 1, 0, 160},
-		{streamRequest(16, 2048, 2048, 6, 64), 1, 2, 8, 2, 1, 0, 128},
+		{streamRequest(32, 2880, 5120, 4, 64), 2, 4, 4, 4, 2, 1, 0, 160},
+		{streamRequest(16, 2048, 2048, 6, 64), 1, 2, 8, 2, 2, 1, 0, 128},
 		// 9-16 tokens at 4 bits as two 8-token tiles where every block is
 		// resident at once, reading x from memory: 2048^2's 64 row tiles,
 		// 4096^2's 128 with MINB 2, 8192->2048's 64 (which at 8 tokens
-		// take x in the ring); not 14336->2048 nor 14336->4096 (longer
-		// rows, above).
-		{streamRequest(16, 2048, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 128},
-		{streamRequest(11, 4096, 4096, 4, 64), 2, 1, 8, 4, 2, 0, 256},
-		{streamRequest(16, 8192, 2048, 4, 64), 2, 1, 8, 4, 1, 0, 128},
-		{streamRequest(8, 8192, 2048, 4, 64), 2, 1, 8, 4, 1, 8, 64},
+		// take three slots, where x does not fit beside them); not
+		// 14336->2048 nor 14336->4096 (longer rows, above).
+		{streamRequest(16, 2048, 2048, 4, 64), 2, 1, 8, 4, 2, 1, 0, 128},
+		{streamRequest(11, 4096, 4096, 4, 64), 2, 1, 8, 4, 2, 2, 0, 256},
+		{streamRequest(16, 8192, 2048, 4, 64), 2, 1, 8, 4, 2, 1, 0, 128},
+		{streamRequest(8, 8192, 2048, 4, 64), 2, 1, 8, 4, 3, 1, 0, 64},
 		// At decode over long rows, one row tile where that leaves at most
 		// half the SMs a block (8192->1024's 64), x in the ring.
-		{streamRequest(1, 8192, 1024, 4, 64), 1, 1, 8, 4, 1, 1, 64},
-		{streamRequest(4, 14336, 1024, 4, 128), 1, 1, 8, 2, 1, 4, 64},
-		{streamRequest(1, 8192, 1024, 4, 32), 2, 1, 8, 8, 1, 1, 32}, // groups of 32: not measured
+		{streamRequest(1, 8192, 1024, 4, 64), 1, 1, 8, 4, 3, 1, 1, 64},
+		{streamRequest(4, 14336, 1024, 4, 128), 1, 1, 8, 2, 3, 1, 4, 64},
+		{streamRequest(1, 8192, 1024, 4, 32), 2, 1, 8, 8, 3, 1, 1, 32}, // groups of 32: not measured
 		// In groups of 128, one row tile where that leaves fewer than two
 		// blocks a SM (8192->1024's 128, 8192->2048's 256 with MINB 2), not
 		// at two (7168->2112: 132 blocks of two row tiles, not 264 of one);
 		// 4096^2 keeps two (256 blocks of two).
-		{streamRequest(12, 8192, 1024, 4, 128), 1, 1, 8, 2, 1, 0, 128},
-		{streamRequest(16, 8192, 2048, 4, 128), 1, 1, 8, 2, 2, 0, 256},
-		{streamRequest(16, 7168, 2112, 4, 128), 2, 1, 8, 2, 1, 0, 132},
-		{streamRequest(16, 4096, 4096, 4, 128), 2, 1, 8, 2, 2, 0, 256},
+		{streamRequest(12, 8192, 1024, 4, 128), 1, 1, 8, 2, 2, 1, 0, 128},
+		{streamRequest(16, 8192, 2048, 4, 128), 1, 1, 8, 2, 2, 2, 0, 256},
+		{streamRequest(16, 7168, 2112, 4, 128), 2, 1, 8, 2, 2, 1, 0, 132},
+		{streamRequest(16, 4096, 4096, 4, 128), 2, 1, 8, 2, 2, 2, 0, 256},
 		// The other widths: the fewest groups a step that make 64 bytes,
 		// no MINB, and one row tile per warp at decode where two would
 		// leave at most a block per SM.
-		{streamRequest(1, 4096, 14336, 6, 64), 2, 1, 4, 2, 1, 0, 448},
-		{streamRequest(1, 14336, 4096, 3, 64), 1, 1, 8, 4, 1, 0, 256},
-		{streamRequest(16, 8192, 28672, 5, 64), 2, 2, 4, 2, 1, 0, 896},
-		{streamRequest(4, 4096, 4096, 2, 32), 1, 1, 8, 8, 1, 0, 256},
+		{streamRequest(1, 4096, 14336, 6, 64), 2, 1, 4, 2, 2, 1, 0, 448},
+		{streamRequest(1, 14336, 4096, 3, 64), 1, 1, 8, 4, 2, 1, 0, 256},
+		{streamRequest(16, 8192, 28672, 5, 64), 2, 2, 4, 2, 2, 1, 0, 896},
+		{streamRequest(4, 4096, 4096, 2, 32), 1, 1, 8, 8, 2, 1, 0, 256},
 		// Without MINB, 256 blocks of 8 warps would wait for a second wave:
 		// two steps a warp, 4 warps (8 steps of 2 groups of 128 at 6 bits).
-		{streamRequest(1, 2048, 8192, 6, 128), 2, 1, 4, 2, 1, 0, 256},
+		{streamRequest(1, 2048, 8192, 6, 128), 2, 1, 4, 2, 2, 1, 0, 256},
 		// One step a warp where the halved warps leave every block resident
 		// (152 blocks of 4 warps over 7 steps at 2 bits: registers for two
 		// a SM), or where the grid takes MINB though it is not (1024->28672:
 		// 896 blocks, 4 a SM); 512->5120's 2 steps over 2 warps.
-		{streamRequest(1, 896, 4864, 2, 64), 2, 1, 4, 2, 1, 0, 152},
-		{streamRequest(1, 1024, 28672, 4, 64), 2, 1, 4, 4, 4, 0, 896},
-		{streamRequest(1, 512, 5120, 4, 64), 2, 1, 2, 4, 1, 0, 160},
+		{streamRequest(1, 896, 4864, 2, 64), 2, 1, 4, 2, 2, 1, 0, 152},
+		{streamRequest(1, 1024, 28672, 4, 64), 2, 1, 4, 4, 2, 4, 0, 896},
+		{streamRequest(1, 512, 5120, 4, 64), 2, 1, 2, 4, 2, 1, 0, 160},
 	} {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())
-		assert.Equal(t, []int{c.mt, c.nt, c.kw, c.u, 2, c.minb, c.xt},
+		assert.Equal(t, []int{c.mt, c.nt, c.kw, c.u, c.d, c.minb, c.xt},
 			[]int{cfg.MT, cfg.NT, cfg.KW, cfg.U, cfg.D, cfg.MinB, cfg.XT}, c.req.Key())
 		assert.Equal(t, c.xt, cfg.Defines()["XT"], c.req.Key())
 		assert.Equal(t, c.minb, cfg.Defines()["MINB"], c.req.Key())
+		// x in the ring comes after the first steps' weights, and the
+		// decode variants of three slots run one block an SM.
+		assert.Equal(t, c.xt > 0, cfg.XE, c.req.Key())
+		assert.Equal(t, c.d == 3, cfg.Solo, c.req.Key())
 		grid, block, _ := cfg.Launch(c.req)
 		assert.Equal(t, c.blocks, int(grid[0]*grid[1]), c.req.Key())
 		assert.Equal(t, uint32(32*cfg.KW), block[0])
@@ -216,17 +221,19 @@ func TestStreamVariantsFitTheGPU(t *testing.T) {
 	assert.Greater(t, served, 100)
 }
 
-// Early start is asked for at decode when x is read from memory, and not
-// when x travels in the ring (its first copy must wait for the grid ahead)
-// or above 8 tokens, where it measured slower, but for 9-16 tokens in
-// 8-token tiles.
+// Early start is asked for at decode when x is read from memory or
+// travels in the ring after the first steps' weights (XE), and not with x
+// in the ring from the first copy (which must wait for the grid ahead) or
+// above 8 tokens, where it measured slower, but for 9-16 tokens in 8-token
+// tiles.
 func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 	for _, c := range []struct {
 		req  sdk.Request
 		want bool
 	}{
 		{streamRequest(1, 4096, 14336, 4, 64), true},   // many blocks per SM: x from memory
-		{streamRequest(1, 14336, 4096, 4, 64), false},  // one block per SM: x in the ring
+		{streamRequest(1, 14336, 4096, 4, 64), true},   // one block per SM: x in the ring after the first weights
+		{streamRequest(4, 4096, 4096, 4, 64), true},    // x from memory
 		{streamRequest(16, 28672, 8192, 4, 64), false}, // above decode
 		{streamRequest(16, 4096, 4096, 4, 64), true},   // two 8-token tiles, all blocks resident
 		{streamRequest(12, 8192, 2048, 4, 64), true},   // two 8-token tiles, x from memory
@@ -235,6 +242,47 @@ func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())
 		assert.Equal(t, c.want, cfg.EarlyStart(c.req), "%s (%s)", c.req.Key(), cfg.Describe())
+	}
+	withoutXE := StreamConfig{Bits: 4, Group: 64, MT: 2, NT: 1, KW: 8, U: 4, D: 2, XT: 1}
+	assert.False(t, withoutXE.EarlyStart(streamRequest(1, 14336, 4096, 4, 64)), "x in the ring from the first copy")
+}
+
+// At decode with at most a block per SM (streamRing): three slots with x in
+// the ring where they fit, else three with x from memory, else two; the
+// launch then asks for more than half an SM's shared memory, so that no
+// two blocks share an SM, and only then. Every variant fits a block.
+func TestStreamRingRunsOneBlockAnSM(t *testing.T) {
+	for _, c := range []struct {
+		req    sdk.Request
+		d, xt  int
+		padded bool // the ring alone is under half an SM
+	}{
+		{streamRequest(1, 14336, 4096, 4, 64), 3, 1, false},
+		{streamRequest(1, 8192, 1024, 4, 64), 3, 1, true},   // one row tile: 84 KiB of ring
+		{streamRequest(1, 4096, 4096, 4, 64), 3, 1, false},  // one token over 4096 inputs
+		{streamRequest(8, 8192, 2048, 4, 64), 3, 0, false},  // x does not fit three slots
+		{streamRequest(1, 8192, 2048, 3, 64), 3, 1, true},   // the general path's short steps
+		{streamRequest(1, 4096, 4096, 8, 128), 2, 1, false}, // three slots do not fit
+	} {
+		cfg, why := ChooseStream(c.req, 132)
+		require.Empty(t, why, c.req.Key())
+		assert.Equal(t, []int{c.d, c.xt}, []int{cfg.D, cfg.XT}, "%s (%s)", c.req.Key(), cfg.Describe())
+		assert.True(t, cfg.Solo, c.req.Key())
+		assert.Equal(t, c.xt > 0, cfg.XE, c.req.Key())
+		_, _, shared := cfg.Launch(c.req)
+		assert.Greater(t, 2*(int(shared)+1024), streamSMShared, "%s: two blocks would fit an SM", c.req.Key())
+		assert.LessOrEqual(t, int(shared), streamMaxShared, c.req.Key())
+		assert.Equal(t, c.padded, int(shared) > cfg.SharedBytes(), "%s: %d bytes, ring %d", c.req.Key(), shared, cfg.SharedBytes())
+		assert.True(t, cfg.EarlyStart(c.req), c.req.Key())
+	}
+	// Grids of more blocks than SMs, and 2-8 tokens at 4 bits over at most
+	// 4096 inputs, keep their blocks' own shared memory.
+	for _, req := range []sdk.Request{streamRequest(1, 4096, 14336, 4, 64), streamRequest(4, 4096, 4096, 4, 64), streamRequest(16, 4096, 4096, 4, 64)} {
+		cfg, why := ChooseStream(req, 132)
+		require.Empty(t, why, req.Key())
+		_, _, shared := cfg.Launch(req)
+		assert.False(t, cfg.Solo, req.Key())
+		assert.Equal(t, cfg.SharedBytes(), int(shared), req.Key())
 	}
 }
 
@@ -254,7 +302,8 @@ func TestStreamRuleMatchesTheHarness(t *testing.T) {
 			return nil
 		}
 		served++
-		want := map[string]int{"smem": cfg.SharedBytes()}
+		_, _, shared := cfg.Launch(c.Req)
+		want := map[string]int{"smem": int(shared)}
 		maps.Copy(want, cfg.Defines())
 		return want
 	})

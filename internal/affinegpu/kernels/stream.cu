@@ -47,6 +47,9 @@
 //          1..8*NT: the step's x for XT token rows travels in the ring slot
 //          with the weights (cp.async), so its latency hides behind the
 //          ring like theirs; the host passes XT = min(8*NT, tokens)
+//   XE     0 (default), or 1 with XT: the first D-1 steps' weights are
+//          copied before the grid wait, their x after it (early start
+//          with x in the ring); 0 waits before the first copy
 //
 // LAUNCH (host computes; Go: internal/affinegpu/stream.go, Python:
 // scripts/affine_kernels.py stream_config / stream_smem_bytes)
@@ -125,6 +128,9 @@ typedef unsigned short u16;
 #ifndef XT
 #define XT 0
 #endif
+#ifndef XE
+#define XE 0
+#endif
 
 #if BITS != 2 && BITS != 3 && BITS != 4 && BITS != 5 && BITS != 6 && BITS != 8
 #error "BITS must be 2, 3, 4, 5, 6 or 8"
@@ -137,6 +143,9 @@ typedef unsigned short u16;
 #endif
 #if XT < 0 || XT > 8 * NT
 #error "XT must be 0..8*NT"
+#endif
+#if XE && XT == 0
+#error "XE sends the first steps' x through the ring after their weights: it needs XT"
 #endif
 #if (MT != 1 && MT != 2 && MT != 4) || (NT != 1 && NT != 2 && NT != 4) || KW < 1 || KW > 8 || (MT == 4 && NT != 1)
 #error "need MT in {1,2,4}, NT in {1,2,4} (NT = 1 when MT = 4) and 1 <= KW <= 8"
@@ -432,7 +441,26 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
 #endif
         sdst[i] = ring_s + ROWS * WSTRIDE + (which * ROWS + r) * SSTRIDE + part * SCP;
     }
-    auto issue = [&](int d, int st) {
+    // The step's x into ring slot d (XT > 0): XT token rows of U*GROUP
+    // values (tokens past the end repeat the last; their outputs are never
+    // stored).
+    auto issue_x = [&](int d, int st) {
+#if XT > 0
+        const u32 off = d * SLOT;
+        const int ng = TAIL && st == nsteps - 1 ? TAIL : U;
+        constexpr int XPR = XSEG / 16;                  // 16-byte pieces per token row
+#pragma unroll
+        for (int c = lane; c < XT * XPR; c += 32) {
+            const int r = c / XPR, k = c - r * XPR;
+            if (!TAIL || k < ng * (XPR / U))
+                kc_cp16(ring_s + off + XOFF + r * XSTRIDE + k * 16,
+                        x + (long long)min(tok0 + r, tokens - 1) * in + (long long)st * U * GROUP + k * 8);
+        }
+#endif
+    };
+    // Step st into ring slot d: the weights, with wx the step's x
+    // (issue_x), then the scales and biases.
+    auto issue = [&](int d, int st, bool wx) {
         const u32 off = d * SLOT;
         const long long wo = (long long)st * SEG;
         // With TAIL the last step holds TAIL groups: only the pieces, x and
@@ -453,18 +481,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
                     kc_cp16(wdst + off + r * WSTRIDE, wsrc[0] + (long long)min(r, rlast) * row_bytes + wo);
             }
         }
-#if XT > 0
-        // The step's x: XT token rows of U*GROUP values (tokens past the
-        // end repeat the last; their outputs are never stored).
-        constexpr int XPR = XSEG / 16;                  // 16-byte pieces per token row
-#pragma unroll
-        for (int c = lane; c < XT * XPR; c += 32) {
-            const int r = c / XPR, k = c - r * XPR;
-            if (!TAIL || k < ng * (XPR / U))
-                kc_cp16(ring_s + off + XOFF + r * XSTRIDE + k * 16,
-                        x + (long long)min(tok0 + r, tokens - 1) * in + (long long)st * U * GROUP + k * 8);
-        }
-#endif
+        if (wx) issue_x(d, st);
 #pragma unroll
         for (int i = 0; i < NSC; ++i) {
 #if TAIL
@@ -658,14 +675,27 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     // ring of D slots with cp.async (D-1 steps in flight), so no block-wide
     // barrier is needed until the final reduction. Without XT, x for the
     // next group is loaded while the current group's math runs.
-#if XT > 0
+#if XT > 0 && !XE
     x = kc_grid_wait_for(x);   // x travels in the ring with the first steps' weights
 #endif
 #pragma unroll
     for (int d = 0; d < D - 1; ++d) {
-        if (warp + d * KW < nsteps) issue(d, warp + d * KW);
+        if (warp + d * KW < nsteps) issue(d, warp + d * KW, !XE);
         kc_commit();
     }
+#if XT > 0 && XE
+    // The first steps' weights are in flight; their x follows once the grid
+    // ahead is done, one commit group a step after the weights' D-1. The
+    // loop's wait<D-1> at step i (i+1 groups more) then leaves D+i groups
+    // done: step i's x is group D-1+i for i < D-1, and from there on each
+    // step's group is D-1+i too.
+    x = kc_grid_wait_for(x);
+#pragma unroll
+    for (int d = 0; d < D - 1; ++d) {
+        if (warp + d * KW < nsteps) issue_x(d, warp + d * KW);
+        kc_commit();
+    }
+#endif
 #if XT == 0
     u32 xa[NT][4 * XLD], xb[NT][4 * XLD];
     x = kc_grid_wait_for(x);   // the first steps' weights are in flight; x is the grid ahead's
@@ -679,7 +709,7 @@ affine_stream(const u16* __restrict__ x, const u32* __restrict__ weight,
     int d = 0;
     for (int st = warp; st < nsteps; st += KW) {
         const int ahead = st + (D - 1) * KW;
-        if (ahead < nsteps) issue(d == 0 ? D - 1 : d - 1, ahead);
+        if (ahead < nsteps) issue(d == 0 ? D - 1 : d - 1, ahead, true);
         kc_commit();
         kc_wait<D - 1>();
         __syncwarp();
