@@ -155,9 +155,11 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     leaves fewer than 8 warps per SM, 4 above 8 tokens), at least two steps per warp (one
     where every block is resident at once with one step a warp, stream_resident, or where
     the grid takes MINB); at decode, registers for 16 warps per SM (MINB) once the grid has
-    more blocks than SMs (4 and 8 bits, not group 32, which would spill); x through the ring
-    slots (XT) at decode (1-8 tokens) with at most a block per SM, but at 4 bits over rows of
-    at most 4096 inputs, where reading x from memory lets the kernel start early."""
+    more blocks than SMs (4 and 8 bits, not group 32, which would spill); at decode (1-8 tokens)
+    with at most a block per SM, x through the ring slots (XT) after the first steps' weights
+    (XE, so the kernel starts early), three slots (two at one token over rows of at most 4096
+    inputs with more than half the SMs a block) and one block an SM (_SOLO), but at 2-8 tokens
+    and 4 bits over rows of at most 4096 inputs, where x read from memory stays ahead."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -214,8 +216,10 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         # at most one block per SM at decode (stream_ring; Go: streamRing): x through the ring
         # after the first steps' weights (XE: early start), three slots, one block an SM
         # (_SOLO: shared memory past half an SM); x from memory where it does not fit
-        # where x does not fit the three slots, and two where three do not fit at all
-        for d in ([cfg["D"]] if "D" in over or "D" in STREAM_OVER else [3, 2]):
+        # where x does not fit the slots, and two where three do not fit at all; two at one
+        # token over rows of at most 4096 inputs with more than half the SMs a block
+        slots = [2] if tokens == 1 and in_f <= 4096 and 2 * blocks > sms else [3, 2]
+        for d in ([cfg["D"]] if "D" in over or "D" in STREAM_OVER else slots):
             ring = dict(cfg, D=d)
             ring.setdefault("_SOLO", 1)
             with_x = dict(ring, XT=min(8 * nt, tokens))

@@ -138,28 +138,35 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	// ahead: 4096^2 at one token and 8 bits 7.6 against 10.8, 14336->4096
 	// at 4 tokens in 4-bit groups of 128 11.8 against 19.4.
 	if nt == 1 && req.Tokens <= 8 && blocks <= sms && !(bits == 4 && req.InFeatures <= 4096 && req.Tokens > 1) {
-		cfg = streamRing(cfg, req)
+		cfg = streamRing(cfg, req, blocks, sms)
 	}
 	return cfg, ""
 }
 
-// streamRing is the decode variant for a grid of at most one block per SM:
-// x through the ring (XT) after the first steps' weights (XE), so the
-// kernel starts early, three ring slots per warp, and one block an SM
-// (Solo); where x does not fit the three slots, x from memory, and two
-// slots where three do not fit at all. On the H200
-// (bench/NOTES.md, thirty-sixth session), against x in two slots without
-// early start, µs: 14336->4096 at one token 11.6 against 13.4, at four
-// 13.0 against 15.9; 8192->1024 at one token 3.9 against 5.6; 28672->4096
-// 20.9 against 24.1; 8 bits 4096^2 at four tokens 7.4 against 9.5. Early
-// start with two blocks of consecutive calls on an SM lost: 14336->4096
-// 18.8, 8192->1024 6.4 (with three slots and Solo 3.9). At one token and 4
-// bits over rows of at most 4096 inputs, where x came from memory with
-// early start, too: 4096^2 4.7 against 5.2, gpt-oss's 2880^2 3.5 against
-// 5.5 (at 2-8 tokens there x from memory stays ahead: 4096^2 at four
-// tokens 5.3 against 5.9).
-func streamRing(cfg StreamConfig, req sdk.Request) StreamConfig {
-	for _, d := range []int{3, 2} { // two slots where three do not fit (8 bits in groups of 128)
+// streamRing is the decode variant for a grid of at most one block per SM
+// (blocks of them on sms): x through the ring (XT) after the first steps'
+// weights (XE), so the kernel starts early, three ring slots per warp
+// (two at one token over rows of at most 4096 inputs with more than half
+// the SMs a block), and one block an SM (Solo); where x does not fit the
+// slots, x from memory, and two slots where three do not fit at all. On
+// the H200 (bench/NOTES.md, thirty-sixth session), against x in two slots
+// from the first copy without early start, 94 requests over 12 model
+// shapes at 1, 4 and 8 tokens were 0.93-1.77 times as fast (median 1.23):
+// 14336->4096 at one token 11.9 us against 14.0, 8192->1024 4.1 against
+// 5.7, at 4 tokens 8 bits 4096^2 7.4 against 9.5. Early start with two
+// blocks of consecutive calls on an SM lost (14336->4096 18.8, 8192->1024
+// 6.4). At one token and 4 bits over rows of at most 4096 inputs, where x
+// came from memory with early start: gpt-oss's 2880^2 3.6 against 5.7,
+// 4096->2048 3.3 against 5.8 in groups of 128; two slots there where the
+// grid has more than half the SMs a block (4096^2 5.1 against 5.7 with
+// three and 5.3 from memory). At 2-8 tokens there x from memory stays
+// ahead (4096^2 at four tokens 5.3 against 5.9).
+func streamRing(cfg StreamConfig, req sdk.Request, blocks, sms int) StreamConfig {
+	slots := []int{3, 2}
+	if req.Tokens == 1 && req.InFeatures <= 4096 && 2*blocks > sms {
+		slots = []int{2}
+	}
+	for _, d := range slots {
 		ring := cfg
 		ring.D, ring.Solo = d, true
 		withX := ring

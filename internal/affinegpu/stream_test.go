@@ -100,7 +100,7 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(32, 28672, 8192, 4, 64), 2, 4, 4, 4, 2, 1, 0, 256},
 		{streamRequest(32, 4096, 4096, 4, 64), 2, 4, 8, 4, 2, 1, 0, 128},
 		{streamRequest(4, 4096, 4096, 8, 64), 2, 1, 8, 2, 3, 1, 4, 128},
-		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 3, 1, 1, 128},
+		{streamRequest(1, 4096, 4096, 4, 32), 2, 1, 8, 8, 2, 1, 1, 128},
 		{streamRequest(4, 4096, 4096, 4, 64), 2, 1, 8, 4, 2, 1, 0, 128},
 		{streamRequest(4, 4096, 4096, 4, 128), 2, 1, 8, 2, 2, 1, 0, 128},
 		{streamRequest(4, 14336, 4096, 4, 128), 2, 1, 8, 2, 3, 1, 4, 128},
@@ -166,9 +166,10 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		assert.Equal(t, c.xt, cfg.Defines()["XT"], c.req.Key())
 		assert.Equal(t, c.minb, cfg.Defines()["MINB"], c.req.Key())
 		// x in the ring comes after the first steps' weights, and the
-		// decode variants of three slots run one block an SM.
+		// decode variants with x in the ring or three slots run one block
+		// an SM.
 		assert.Equal(t, c.xt > 0, cfg.XE, c.req.Key())
-		assert.Equal(t, c.d == 3, cfg.Solo, c.req.Key())
+		assert.Equal(t, c.xt > 0 || c.d == 3, cfg.Solo, c.req.Key())
 		grid, block, _ := cfg.Launch(c.req)
 		assert.Equal(t, c.blocks, int(grid[0]*grid[1]), c.req.Key())
 		assert.Equal(t, uint32(32*cfg.KW), block[0])
@@ -248,7 +249,8 @@ func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 }
 
 // At decode with at most a block per SM (streamRing): three slots with x in
-// the ring where they fit, else three with x from memory, else two; the
+// the ring where they fit, else three with x from memory, else two (two
+// at one token over at most 4096 inputs with over half the SMs a block); the
 // launch then asks for more than half an SM's shared memory, so that no
 // two blocks share an SM, and only then. Every variant fits a block.
 func TestStreamRingRunsOneBlockAnSM(t *testing.T) {
@@ -259,7 +261,8 @@ func TestStreamRingRunsOneBlockAnSM(t *testing.T) {
 	}{
 		{streamRequest(1, 14336, 4096, 4, 64), 3, 1, false},
 		{streamRequest(1, 8192, 1024, 4, 64), 3, 1, true},   // one row tile: 84 KiB of ring
-		{streamRequest(1, 4096, 4096, 4, 64), 3, 1, false},  // one token over 4096 inputs
+		{streamRequest(1, 4096, 4096, 4, 64), 2, 1, true},   // one token over 4096 inputs, 128 blocks: two slots
+		{streamRequest(1, 4096, 1024, 4, 64), 3, 1, false},  // ... 32 blocks: three
 		{streamRequest(8, 8192, 2048, 4, 64), 3, 0, false},  // x does not fit three slots
 		{streamRequest(1, 8192, 2048, 3, 64), 3, 1, true},   // the general path's short steps
 		{streamRequest(1, 4096, 4096, 8, 128), 2, 1, false}, // three slots do not fit

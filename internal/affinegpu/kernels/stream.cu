@@ -302,12 +302,13 @@ KC_DEV void kc_cp4(u32 dst, const void* src) {
 KC_DEV void kc_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Programmatic dependent launch (sm_90; nothing before): the plans launch
 // the kernel with early start where StreamConfig.EarlyStart says (x read
-// from memory, at decode or in 8-token tiles), so it may begin while the
+// from memory, or with XE through the ring after the first steps'
+// weights, at decode or in 8-token tiles), so it may begin while the
 // kernel ahead finishes. It releases its own dependents at its start, puts
 // its first steps' weights (which nothing ahead writes) in flight, and
 // waits for the grid ahead (completed, its writes visible) before it reads
-// x; every store of y follows that wait. Both are no-ops in an ordinary
-// launch.
+// or copies x; every store of y follows that wait. Both are no-ops in an
+// ordinary launch.
 // kc_grid_wait_for waits and returns x as a value the wait produced, so
 // that the compiler cannot schedule a load through it (an asm statement it
 // may otherwise move) above the wait.
