@@ -227,6 +227,11 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
             if stream_smem_bytes(with_x) <= 227 * 1024:
                 cfg = with_x
                 break
+            if group == 32:   # x from memory lost there: x in two slots from the first copy, no early start
+                two = dict(cfg, XT=with_x["XT"])
+                if stream_smem_bytes(two) <= 227 * 1024:
+                    cfg = two
+                break
             if stream_smem_bytes(ring) <= 227 * 1024:
                 cfg = ring
                 break

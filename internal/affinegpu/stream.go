@@ -148,7 +148,9 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // weights (XE), so the kernel starts early, three ring slots per warp
 // (two at one token over rows of at most 4096 inputs with more than half
 // the SMs a block), and one block an SM (Solo); where x does not fit the
-// slots, x from memory, and two slots where three do not fit at all. On
+// slots, x from memory (in groups of 32 the variant before: x in two
+// slots from the first copy, no early start), and two slots where three do
+// not fit at all. On
 // the H200 (bench/NOTES.md, thirty-sixth session), against x in two slots
 // from the first copy without early start, 94 requests over 12 model
 // shapes at 1, 4 and 8 tokens were 0.93-1.77 times as fast (median 1.23):
@@ -171,10 +173,20 @@ func streamRing(cfg StreamConfig, req sdk.Request, blocks, sms int) StreamConfig
 		ring.D, ring.Solo = d, true
 		withX := ring
 		withX.XT, withX.XE = min(8*cfg.NT, req.Tokens), true
-		if withX.SharedBytes() <= streamMaxShared {
+		switch {
+		case withX.SharedBytes() <= streamMaxShared:
 			return withX
-		}
-		if ring.SharedBytes() <= streamMaxShared {
+		case cfg.Group == 32:
+			// In groups of 32 x from memory lost to x in two slots
+			// from the first copy without early start (18944->3584 at 8
+			// tokens 33.1 us against 26.1): that variant stays.
+			two := cfg
+			two.XT = withX.XT
+			if two.SharedBytes() <= streamMaxShared {
+				return two
+			}
+			return cfg
+		case ring.SharedBytes() <= streamMaxShared:
 			return ring
 		}
 	}

@@ -278,6 +278,14 @@ func TestStreamRingRunsOneBlockAnSM(t *testing.T) {
 		assert.Equal(t, c.padded, int(shared) > cfg.SharedBytes(), "%s: %d bytes, ring %d", c.req.Key(), shared, cfg.SharedBytes())
 		assert.True(t, cfg.EarlyStart(c.req), c.req.Key())
 	}
+	// In groups of 32 where x does not fit three slots, the variant before
+	// (x in two slots from the first copy, no early start), not x from
+	// memory, which lost there.
+	req := streamRequest(8, 18944, 3584, 4, 32)
+	cfg, why := ChooseStream(req, 132)
+	require.Empty(t, why, req.Key())
+	assert.Equal(t, []int{2, 8}, []int{cfg.D, cfg.XT}, cfg.Describe())
+	assert.False(t, cfg.XE || cfg.Solo || cfg.EarlyStart(req), cfg.Describe())
 	// Grids of more blocks than SMs, and 2-8 tokens at 4 bits over at most
 	// 4096 inputs, keep their blocks' own shared memory.
 	for _, req := range []sdk.Request{streamRequest(1, 4096, 14336, 4, 64), streamRequest(4, 4096, 4096, 4, 64), streamRequest(16, 4096, 4096, 4, 64)} {
