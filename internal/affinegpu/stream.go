@@ -150,19 +150,20 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // the SMs a block), and one block an SM (Solo); where x does not fit the
 // slots, x from memory (in groups of 32 the variant before: x in two
 // slots from the first copy, no early start), and two slots where three do
-// not fit at all. On
-// the H200 (bench/NOTES.md, thirty-sixth session), against x in two slots
-// from the first copy without early start, 94 requests over 12 model
-// shapes at 1, 4 and 8 tokens were 0.93-1.77 times as fast (median 1.23):
-// 14336->4096 at one token 11.9 us against 14.0, 8192->1024 4.1 against
-// 5.7, at 4 tokens 8 bits 4096^2 7.4 against 9.5. Early start with two
+// not fit at all. On the H200 (bench/NOTES.md, thirty-sixth session),
+// against the variants
+// before (x in two slots from the first copy without early start, or from
+// memory with early start in two slots that let two blocks share an SM),
+// 144 requests over 16 model shapes at 1, 4 and 8 tokens, 3, 4 and 8 bits,
+// were 0.97-1.75 times as fast (median 1.25): 14336->4096 at one token
+// 12.1 us against 14.2, 8192->1024 4.2 against 5.7, 8 bits 4096^2 at 4
+// tokens 7.7 against 9.5, gpt-oss's 2880^2 at one token 3.6 against 5.7,
+// 4096->2048 in groups of 128 3.3 against 5.7. Early start with two
 // blocks of consecutive calls on an SM lost (14336->4096 18.8, 8192->1024
-// 6.4). At one token and 4 bits over rows of at most 4096 inputs, where x
-// came from memory with early start: gpt-oss's 2880^2 3.6 against 5.7,
-// 4096->2048 3.3 against 5.8 in groups of 128; two slots there where the
-// grid has more than half the SMs a block (4096^2 5.1 against 5.7 with
-// three and 5.3 from memory). At 2-8 tokens there x from memory stays
-// ahead (4096^2 at four tokens 5.3 against 5.9).
+// 6.4). Two slots at one token over rows of at most 4096 inputs where the
+// grid has more than half the SMs a block: 4096^2 5.1 against 5.7 with
+// three (5.3 before). At 2-8 tokens and 4 bits there x from memory stays
+// (4096^2 at four tokens 5.3 against 5.9 in the ring).
 func streamRing(cfg StreamConfig, req sdk.Request, blocks, sms int) StreamConfig {
 	slots := []int{3, 2}
 	if req.Tokens == 1 && req.InFeatures <= 4096 && 2*blocks > sms {
