@@ -159,7 +159,10 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     with at most a block per SM, x through the ring slots (XT) after the first steps' weights
     (XE, so the kernel starts early), three slots (two at one token over rows of at most 4096
     inputs with more than half the SMs a block) and one block an SM (_SOLO), but at 2-8 tokens
-    and 4 bits over rows of at most 4096 inputs, where x read from memory stays ahead."""
+    and 4 bits over rows of at most 4096 inputs, where x read from memory stays ahead; at 9-16
+    tokens in 4-bit groups of 32 over rows of at least 2048 inputs where one 16-token tile of two
+    row tiles a warp takes at most a block per SM (more than half the SMs above 12 tokens), that
+    tile with XE, four warps of three slots and _SOLO."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -235,6 +238,15 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
             if stream_smem_bytes(ring) <= 227 * 1024:
                 cfg = ring
                 break
+    if (bits == 4 and group == 32 and 8 < tokens <= 16 and in_f >= 2048 and rows32 <= sms
+            and (tokens <= 12 or 2 * rows32 > sms) and not any(k in over for k in ("MT", "NT", "KW", "D", "XT"))):
+        # 9-16 tokens in 4-bit groups of 32 (Go: streamTileRing): one 16-token
+        # tile of two row tiles a warp, x through the ring after the first steps' weights (XE:
+        # early start), four warps of three slots, one block an SM
+        tile = dict(cfg, MT=2, NT=2, KW=4, D=3, XT=tokens, XE=1, _SOLO=1)
+        tile.pop("MINB", None)
+        if stream_smem_bytes(tile) <= 227 * 1024:
+            cfg = tile
     if cfg.get("XT", 0) < 0:    # -1: x through the ring for every token of the tile
         cfg["XT"] = min(8 * nt, tokens)
     if cfg.get("XT", 1) == 0:
@@ -261,9 +273,9 @@ def stream_resident(cfg: dict, minb: int) -> int:
 
 def stream_early_start(cfg: dict, tokens: int) -> bool:
     """Whether the plugins launch affine_stream with early start (Go: StreamConfig.EarlyStart):
-    x read from memory (no XT) or through the ring after the first steps' weights (XE), at
+    x through the ring after the first steps' weights (XE), or x read from memory (no XT) at
     decode (up to --stream-pdl-tokens) or in 8-token tiles."""
-    return (not cfg.get("XT") or bool(cfg.get("XE"))) and (tokens <= STREAM_PDL_TOKENS or cfg["NT"] == 1)
+    return bool(cfg.get("XE")) or (not cfg.get("XT") and (tokens <= STREAM_PDL_TOKENS or cfg["NT"] == 1))
 
 
 def stream_step_groups(bits: int, group: int, groups: int) -> int | None:
@@ -1040,6 +1052,10 @@ TAIL_CASES = [(2880, 5120, 4, 64, False), (2880, 1032, 8, 64, True), (2880, 2056
 # 8192->1024, whose blocks take x through the ring at decode but not in tiles. Launched with
 # early start as the plugins launch them (run_kernel).
 TOKEN_TILE_CASES = [(4096, 4096, 4, 64, False), (8192, 4224, 4, 128, True), (8192, 1024, 4, 64, True)]
+# 9-16 tokens in 4-bit groups of 32 (streamTileRing): one 16-token tile with x through the ring
+# after the first steps' weights, launched with early start; gpt-oss's 2880 with a last step of
+# fewer groups.
+TILE_RING_CASES = [(4096, 4096, 4, 32, True), (2880, 2880, 4, 32, False)]
 
 
 def correctness_cases(quick: bool):
@@ -1059,7 +1075,7 @@ def correctness_cases(quick: bool):
     for b, g in combos:   # top up any pair the shape list skipped
         if (b, g) not in seen:
             cases.append((1024, 1032, b, g, True))
-    cases += TAIL_CASES + TOKEN_TILE_CASES
+    cases += TAIL_CASES + TOKEN_TILE_CASES + TILE_RING_CASES
     if quick:
         cases = [c for c in cases if c[0] * c[1] <= 8192 * 8192][:8] + TOKEN_TILE_CASES[:1]
     return cases

@@ -140,7 +140,39 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 	if nt == 1 && req.Tokens <= 8 && blocks <= sms && !(bits == 4 && req.InFeatures <= 4096 && req.Tokens > 1) {
 		cfg = streamRing(cfg, req, blocks, sms)
 	}
+	if tile, ok := streamTileRing(cfg, req, sms); ok {
+		cfg = tile
+	}
 	return cfg, ""
+}
+
+// streamTileRing is the variant for 9-16 tokens in 4-bit groups of 32
+// over rows of at least 2048 inputs, where one 16-token tile of two row
+// tiles a warp takes at most a block per SM (more than half the SMs above
+// 12 tokens): x through the ring after the first steps' weights (XE), so
+// the kernel starts early, four warps of three slots, one block an SM
+// (Solo). Groups of 32 take no 8-token tiles (streamTokenTiles), so this
+// replaces one 16-token tile with x read from memory and no early start.
+// On the H200 (bench/NOTES.md, thirty-seventh session), 4-bit groups of
+// 32 over 2048-18944 inputs and 2048-4096 outputs: 9 tokens 1.12-1.47
+// times as fast (18944->3584 27.2 us against 39.8, 4096^2 8.1 against
+// 10.0), 12 tokens 1.02-1.28, 16 tokens 1.02-1.15 (14336->4096 27.1
+// against 30.2); at 16 tokens with at most half the SMs a block it lost
+// (8192->2048 13.1 against 12.5). In groups of 64 and 128 the 8-token
+// tiles stay ahead but at 9-10 tokens over long rows.
+func streamTileRing(cfg StreamConfig, req sdk.Request, sms int) (StreamConfig, bool) {
+	rows := ceilDiv(req.OutFeatures, 32)
+	if cfg.Bits != 4 || cfg.Group != 32 || req.Tokens <= 8 || req.Tokens > 16 || req.InFeatures < 2048 ||
+		rows > sms || (req.Tokens > 12 && 2*rows <= sms) {
+		return cfg, false
+	}
+	tile := cfg
+	tile.MT, tile.NT, tile.KW, tile.D, tile.MinB = 2, 2, 4, 3, 1
+	tile.XT, tile.XE, tile.Solo = req.Tokens, true, true
+	if tile.SharedBytes() > streamMaxShared {
+		return cfg, false
+	}
+	return tile, true
 }
 
 // streamRing is the decode variant for a grid of at most one block per SM
@@ -473,10 +505,13 @@ func PrepareStream(env sdk.Env, req sdk.Request, weights sdk.Buffers, cfg Stream
 // the first copy (which must wait for the grid ahead) 14336->4096 went
 // from 13.7 to 20.3 us, and at 16 tokens 28672->8192 from 71.2 to 84.1
 // (bench/NOTES.md, eighth session); with XE, three slots and Solo
-// 14336->4096 took 11.6 against 13.4 without early start (thirty-sixth). Also at 9-16 tokens in 8-token tiles (streamTokenTiles), whose
-// blocks are all resident at once (thirty-fourth session).
+// 14336->4096 took 11.6 against 13.4 without early start (thirty-sixth).
+// Also at 9-16 tokens in 8-token tiles (streamTokenTiles), whose blocks
+// are all resident at once (thirty-fourth session), and wherever x comes
+// through the ring after the first steps' weights (XE), as in
+// streamTileRing's 16-token tiles.
 func (c StreamConfig) EarlyStart(req sdk.Request) bool {
-	return (c.XT == 0 || c.XE) && (req.Tokens <= 8 || c.NT == 1)
+	return c.XE || (c.XT == 0 && (req.Tokens <= 8 || c.NT == 1))
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

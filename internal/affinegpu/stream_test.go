@@ -141,6 +141,18 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(16, 8192, 2048, 4, 128), 1, 1, 8, 2, 2, 2, 0, 256},
 		{streamRequest(16, 7168, 2112, 4, 128), 2, 1, 8, 2, 2, 1, 0, 132},
 		{streamRequest(16, 4096, 4096, 4, 128), 2, 1, 8, 2, 2, 2, 0, 256},
+		// 9-16 tokens in 4-bit groups of 32 over at least 2048 inputs: one
+		// 16-token tile of two row tiles, four warps of three slots, x in
+		// the ring, where that takes at most a block per SM (18944->3584's
+		// 112, 14336->4096's 128), and above 12 tokens more than half the
+		// SMs (8192->2048's 64 at 12 tokens, not at 16); not over shorter
+		// rows, nor at 17 tokens.
+		{streamRequest(9, 18944, 3584, 4, 32), 2, 2, 4, 8, 3, 1, 9, 112},
+		{streamRequest(16, 14336, 4096, 4, 32), 2, 2, 4, 8, 3, 1, 16, 128},
+		{streamRequest(12, 8192, 2048, 4, 32), 2, 2, 4, 8, 3, 1, 12, 64},
+		{streamRequest(16, 8192, 2048, 4, 32), 1, 2, 8, 8, 2, 1, 0, 128},
+		{streamRequest(12, 1024, 4096, 4, 32), 2, 2, 4, 8, 2, 1, 0, 128},
+		{streamRequest(17, 14336, 4096, 4, 32), 2, 4, 8, 8, 2, 1, 0, 128},
 		// The other widths: the fewest groups a step that make 64 bytes,
 		// no MINB, and one row tile per warp at decode where two would
 		// leave at most a block per SM.
@@ -226,7 +238,7 @@ func TestStreamVariantsFitTheGPU(t *testing.T) {
 // travels in the ring after the first steps' weights (XE), and not with x
 // in the ring from the first copy (which must wait for the grid ahead) or
 // above 8 tokens, where it measured slower, but for 9-16 tokens in 8-token
-// tiles.
+// tiles or with x in the ring after the first weights (streamTileRing).
 func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 	for _, c := range []struct {
 		req  sdk.Request
@@ -239,6 +251,8 @@ func TestStreamEarlyStartFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(16, 4096, 4096, 4, 64), true},   // two 8-token tiles, all blocks resident
 		{streamRequest(12, 8192, 2048, 4, 64), true},   // two 8-token tiles, x from memory
 		{streamRequest(12, 14336, 2048, 4, 64), false}, // one 16-token tile: longer rows
+		{streamRequest(12, 14336, 4096, 4, 32), true},  // one 16-token tile, x in the ring after the first weights
+		{streamRequest(16, 8192, 2048, 4, 32), false},  // one 16-token tile, x from memory
 	} {
 		cfg, why := ChooseStream(c.req, 132)
 		require.Empty(t, why, c.req.Key())
