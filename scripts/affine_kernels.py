@@ -161,8 +161,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     inputs with more than half the SMs a block) and one block an SM (_SOLO), but at 2-8 tokens
     and 4 bits over rows of at most 4096 inputs, where x read from memory stays ahead; at 9-16
     tokens in 4-bit groups of 32 over rows of at least 2048 inputs where one 16-token tile of two
-    row tiles a warp takes at most a block per SM (more than half the SMs above 12 tokens), that
-    tile with XE, four warps of three slots and _SOLO."""
+    row tiles a warp takes at most a block per SM and at least a quarter of the SMs (more than
+    half above 12 tokens), that tile with XE, four warps of three slots and _SOLO."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -238,8 +238,9 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
             if stream_smem_bytes(ring) <= 227 * 1024:
                 cfg = ring
                 break
-    if (bits == 4 and group == 32 and 8 < tokens <= 16 and in_f >= 2048 and rows32 <= sms
-            and (tokens <= 12 or 2 * rows32 > sms) and not any(k in over for k in ("MT", "NT", "KW", "D", "XT"))):
+    if (bits == 4 and group == 32 and 8 < tokens <= 16 and in_f >= 2048 and sms <= 4 * rows32 and rows32 <= sms
+            and (tokens <= 12 or 2 * rows32 > sms)
+            and not any(k in over or k in STREAM_OVER for k in ("MT", "NT", "KW", "D", "XT"))):
         # 9-16 tokens in 4-bit groups of 32 (Go: streamTileRing): one 16-token
         # tile of two row tiles a warp, x through the ring after the first steps' weights (XE:
         # early start), four warps of three slots, one block an SM
@@ -1077,7 +1078,7 @@ def correctness_cases(quick: bool):
             cases.append((1024, 1032, b, g, True))
     cases += TAIL_CASES + TOKEN_TILE_CASES + TILE_RING_CASES
     if quick:
-        cases = [c for c in cases if c[0] * c[1] <= 8192 * 8192][:8] + TOKEN_TILE_CASES[:1]
+        cases = [c for c in cases if c[0] * c[1] <= 8192 * 8192][:8] + TOKEN_TILE_CASES[:1] + TILE_RING_CASES[:1]
     return cases
 
 

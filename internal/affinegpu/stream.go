@@ -148,22 +148,24 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 
 // streamTileRing is the variant for 9-16 tokens in 4-bit groups of 32
 // over rows of at least 2048 inputs, where one 16-token tile of two row
-// tiles a warp takes at most a block per SM (more than half the SMs above
-// 12 tokens): x through the ring after the first steps' weights (XE), so
-// the kernel starts early, four warps of three slots, one block an SM
-// (Solo). Groups of 32 take no 8-token tiles (streamTokenTiles), so this
-// replaces one 16-token tile with x read from memory and no early start.
-// On the H200 (bench/NOTES.md, thirty-seventh session), 4-bit groups of
-// 32 over 2048-18944 inputs and 2048-4096 outputs: 9 tokens 1.12-1.47
-// times as fast (18944->3584 27.2 us against 39.8, 4096^2 8.1 against
-// 10.0), 12 tokens 1.02-1.28, 16 tokens 1.02-1.15 (14336->4096 27.1
-// against 30.2); at 16 tokens with at most half the SMs a block it lost
-// (8192->2048 13.1 against 12.5). In groups of 64 and 128 the 8-token
-// tiles stay ahead but at 9-10 tokens over long rows.
+// tiles a warp takes at most a block per SM and at least a quarter of the
+// SMs (more than half above 12 tokens): x through the ring after the first
+// steps' weights (XE), so the kernel starts early, four warps of three
+// slots, one block an SM (Solo). Groups of 32 take no 8-token tiles
+// (streamTokenTiles), so this replaces one 16-token tile with x read from
+// memory and no early start. On the H200 (bench/NOTES.md,
+// thirty-seventh session), 4-bit groups of 32 over 2048-18944 inputs and
+// 2048-4096 outputs: 9 tokens 1.11-1.47 times as fast (18944->3584 27.2
+// us against 39.8, 4096^2 8.1 against 10.0), 12 tokens 1.02-1.28, 16
+// tokens 1.02-1.15 (14336->4096 27.1 against 30.2); at 16 tokens with at
+// most half the SMs a block it lost (8192->2048 13.1 against 12.5). Fewer
+// outputs were not measured: there the variant before has four times the
+// warps. In groups of 64 and 128 the 8-token tiles mostly stay ahead (a
+// 16-token tile like this one won only at 9-10 tokens, by 1.01-1.21).
 func streamTileRing(cfg StreamConfig, req sdk.Request, sms int) (StreamConfig, bool) {
 	rows := ceilDiv(req.OutFeatures, 32)
 	if cfg.Bits != 4 || cfg.Group != 32 || req.Tokens <= 8 || req.Tokens > 16 || req.InFeatures < 2048 ||
-		rows > sms || (req.Tokens > 12 && 2*rows <= sms) {
+		rows > sms || 4*rows < sms || (req.Tokens > 12 && 2*rows <= sms) {
 		return cfg, false
 	}
 	tile := cfg
@@ -506,9 +508,9 @@ func PrepareStream(env sdk.Env, req sdk.Request, weights sdk.Buffers, cfg Stream
 // from 13.7 to 20.3 us, and at 16 tokens 28672->8192 from 71.2 to 84.1
 // (bench/NOTES.md, eighth session); with XE, three slots and Solo
 // 14336->4096 took 11.6 against 13.4 without early start (thirty-sixth).
-// Also at 9-16 tokens in 8-token tiles (streamTokenTiles), whose blocks
-// are all resident at once (thirty-fourth session), and wherever x comes
-// through the ring after the first steps' weights (XE), as in
+// x read from memory also starts early at 9-16 tokens in 8-token tiles
+// (streamTokenTiles), whose blocks are all resident at once (thirty-fourth
+// session); x after the first weights (XE) always does, as in
 // streamTileRing's 16-token tiles.
 func (c StreamConfig) EarlyStart(req sdk.Request) bool {
 	return c.XE || (c.XT == 0 && (req.Tokens <= 8 || c.NT == 1))

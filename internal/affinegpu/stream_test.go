@@ -144,13 +144,15 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		// 9-16 tokens in 4-bit groups of 32 over at least 2048 inputs: one
 		// 16-token tile of two row tiles, four warps of three slots, x in
 		// the ring, where that takes at most a block per SM (18944->3584's
-		// 112, 14336->4096's 128), and above 12 tokens more than half the
-		// SMs (8192->2048's 64 at 12 tokens, not at 16); not over shorter
-		// rows, nor at 17 tokens.
+		// 112, 14336->4096's 128) and at least a quarter of the SMs, above
+		// 12 tokens more than half (8192->2048's 64 at 12 tokens, not at
+		// 16; 14336->1024's 32 not at all); not over shorter rows, nor at
+		// 17 tokens.
 		{streamRequest(9, 18944, 3584, 4, 32), 2, 2, 4, 8, 3, 1, 9, 112},
 		{streamRequest(16, 14336, 4096, 4, 32), 2, 2, 4, 8, 3, 1, 16, 128},
 		{streamRequest(12, 8192, 2048, 4, 32), 2, 2, 4, 8, 3, 1, 12, 64},
 		{streamRequest(16, 8192, 2048, 4, 32), 1, 2, 8, 8, 2, 1, 0, 128},
+		{streamRequest(12, 14336, 1024, 4, 32), 1, 2, 8, 8, 2, 1, 0, 64},
 		{streamRequest(12, 1024, 4096, 4, 32), 2, 2, 4, 8, 2, 1, 0, 128},
 		{streamRequest(17, 14336, 4096, 4, 32), 2, 4, 8, 8, 2, 1, 0, 128},
 		// The other widths: the fewest groups a step that make 64 bytes,
@@ -318,7 +320,7 @@ func TestStreamRingRunsOneBlockAnSM(t *testing.T) {
 // installed.
 func TestStreamRuleMatchesTheHarness(t *testing.T) {
 	served := 0
-	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{1, 2, 4, 8, 9, 16, 17, 32}, []int{2, 3, 4, 5, 6, 8}, []int{32, 64, 128},
+	cases := harnessrule.Sweep([]int{132, 114, 78, 16}, []int{1, 2, 4, 8, 9, 12, 13, 16, 17, 32}, []int{2, 3, 4, 5, 6, 8}, []int{32, 64, 128},
 		[]int{384, 512, 1152, 2048, 2880, 3584, 4096, 5120, 8192, 13824, 14336, 28672},
 		[]int{8, 136, 1032, 2112, 4096, 8192, 14336, 28672, 128256}, func(harnessrule.Case) bool { return true })
 	harnessrule.Compare(t, "stream", cases, func(c harnessrule.Case) any {
