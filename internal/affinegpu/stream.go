@@ -153,15 +153,18 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // steps' weights (XE), so the kernel starts early, four warps of three
 // slots, one block an SM (Solo). Groups of 32 take no 8-token tiles
 // (streamTokenTiles), so this replaces one 16-token tile with x read from
-// memory and no early start. On the H200 (bench/NOTES.md,
-// thirty-seventh session), 4-bit groups of 32 over 2048-18944 inputs and
-// 2048-4096 outputs: 9 tokens 1.11-1.47 times as fast (18944->3584 27.2
-// us against 39.8, 4096^2 8.1 against 10.0), 12 tokens 1.02-1.28, 16
-// tokens 1.02-1.15 (14336->4096 27.1 against 30.2); at 16 tokens with at
-// most half the SMs a block it lost (8192->2048 13.1 against 12.5). Fewer
-// outputs were not measured: there the variant before has four times the
-// warps. In groups of 64 and 128 the 8-token tiles mostly stay ahead (a
-// 16-token tile like this one won only at 9-10 tokens, by 1.01-1.21).
+// memory and no early start. On the H200 (bench/NOTES.md, thirty-seventh
+// session), against that variant, 72 requests over 16 shapes (2048-18944
+// inputs, 2048-4096 outputs) at 9, 11, 12, 13 and 16 tokens were
+// 0.93-1.39 times as fast (median 1.13; 9 tokens median 1.22, 16 tokens
+// 1.05): 14336->4096 at 9 tokens 21.3 us against 29.0, 18944->3584 28.3
+// against 39.3, 4096^2 at 13 tokens 8.2 against 10.3; the losses were
+// short rows at 12-16 tokens (2560^2 at 12 tokens 7.5 against 7.0, 2880^2
+// at 16 7.9 against 7.8). At 16 tokens with at most half the SMs a block
+// it lost (8192->2048 13.1 against 12.5); fewer outputs were not
+// measured, where the variant before has four times the warps. In groups
+// of 64 and 128 the 8-token tiles mostly stay ahead (a 16-token tile like
+// this one won only at 9-10 tokens, by 1.01-1.21).
 func streamTileRing(cfg StreamConfig, req sdk.Request, sms int) (StreamConfig, bool) {
 	rows := ceilDiv(req.OutFeatures, 32)
 	if cfg.Bits != 4 || cfg.Group != 32 || req.Tokens <= 8 || req.Tokens > 16 || req.InFeatures < 2048 ||
