@@ -160,9 +160,10 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     (XE, so the kernel starts early), three slots (two at one token over rows of at most 4096
     inputs with more than half the SMs a block) and one block an SM (_SOLO), but at 2-8 tokens
     and 4 bits over rows of at most 4096 inputs, where x read from memory stays ahead; at 9-16
-    tokens in 4-bit groups of 32 over rows of at least 2048 inputs where one 16-token tile of two
-    row tiles a warp takes at most a block per SM and at least a quarter of the SMs (more than
-    half above 12 tokens), that tile with XE, four warps of three slots and _SOLO."""
+    tokens in 4-bit groups of 32 over rows of at least 2048 inputs where one 16-token tile takes
+    at most a block per SM, that tile with XE, three slots and _SOLO: two row tiles and four warps
+    where they take at least a quarter of the SMs (more than half above 12 tokens), else at 9-12
+    tokens and at least 512 outputs the rule's row tiles and warps."""
     if bits not in STREAM_BITS or tokens > 32:
         return None
     sms = sms or SMS
@@ -187,7 +188,7 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
     mt = 1 if general and nt == 1 and blocks_of(2) <= sms else 2
     if nt > 1 and (blocks_of(1) <= sms or (nt == 2 and sms < blocks_of(2) <= 3 * sms // 2)):
         mt = 1
-    if bits == 4 and group != 32 and nt == 1 and tokens <= 8 and in_f > 4096 and 2 * blocks_of(1) <= sms:
+    if bits == 4 and nt == 1 and tokens <= 8 and in_f > 4096 and 2 * blocks_of(1) <= sms:
         mt = 1   # few rows at decode, x through the ring (below): twice the blocks, still at most half the SMs
     if nt == 1 and tokens > 8 and group == 128 and blocks_of(1) < 2 * sms:
         mt = 1   # 8-token tiles in groups of 128 with few rows: under two blocks a SM, of 8 warps
@@ -238,15 +239,21 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
             if stream_smem_bytes(ring) <= 227 * 1024:
                 cfg = ring
                 break
-    if (bits == 4 and group == 32 and 8 < tokens <= 16 and in_f >= 2048 and sms <= 4 * rows32 and rows32 <= sms
-            and (tokens <= 12 or 2 * rows32 > sms)
+    if (bits == 4 and group == 32 and 8 < tokens <= 16 and in_f >= 2048 and rows32 <= sms
             and not any(k in over or k in STREAM_OVER for k in ("MT", "NT", "KW", "D", "XT"))):
-        # 9-16 tokens in 4-bit groups of 32 (Go: streamTileRing): one 16-token
-        # tile of two row tiles a warp, x through the ring after the first steps' weights (XE:
-        # early start), four warps of three slots, one block an SM
-        tile = dict(cfg, MT=2, NT=2, KW=4, D=3, XT=tokens, XE=1, _SOLO=1)
-        tile.pop("MINB", None)
-        if stream_smem_bytes(tile) <= 227 * 1024:
+        # 9-16 tokens in 4-bit groups of 32 (Go: streamTileRing): one 16-token tile, x through
+        # the ring after the first steps' weights (XE: early start), three slots, one block an SM;
+        # two row tiles and four warps where they take a quarter of the SMs or more (above 12
+        # tokens more than half), else at 9-12 tokens and 512 outputs or more the rule's
+        tile = None
+        if sms <= 4 * rows32 and (tokens <= 12 or 2 * rows32 > sms):
+            tile = dict(cfg, MT=2, NT=2, KW=4, D=3, XT=tokens, XE=1, _SOLO=1)
+            tile.pop("MINB", None)
+        elif 4 * rows32 < sms and tokens <= 12 and out_f >= 512:
+            tile = dict(cfg, D=3, XT=tokens, XE=1, _SOLO=1)
+            if stream_smem_bytes(tile) > 227 * 1024:
+                tile["D"] = 2
+        if tile and stream_smem_bytes(tile) <= 227 * 1024:
             cfg = tile
     if cfg.get("XT", 0) < 0:    # -1: x through the ring for every token of the tile
         cfg["XT"] = min(8 * nt, tokens)
@@ -1055,8 +1062,8 @@ TAIL_CASES = [(2880, 5120, 4, 64, False), (2880, 1032, 8, 64, True), (2880, 2056
 TOKEN_TILE_CASES = [(4096, 4096, 4, 64, False), (8192, 4224, 4, 128, True), (8192, 1024, 4, 64, True)]
 # 9-16 tokens in 4-bit groups of 32 (streamTileRing): one 16-token tile with x through the ring
 # after the first steps' weights, launched with early start; gpt-oss's 2880 with a last step of
-# fewer groups.
-TILE_RING_CASES = [(4096, 4096, 4, 32, True), (2880, 2880, 4, 32, False)]
+# fewer groups; 8192->1024 with few rows (one row tile a warp at 11 tokens, and at decode).
+TILE_RING_CASES = [(4096, 4096, 4, 32, True), (2880, 2880, 4, 32, False), (8192, 1024, 4, 32, True)]
 
 
 def correctness_cases(quick: bool):

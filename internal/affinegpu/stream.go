@@ -147,33 +147,49 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 }
 
 // streamTileRing is the variant for 9-16 tokens in 4-bit groups of 32
-// over rows of at least 2048 inputs, where one 16-token tile of two row
-// tiles a warp takes at most a block per SM and at least a quarter of the
-// SMs (more than half above 12 tokens): x through the ring after the first
-// steps' weights (XE), so the kernel starts early, four warps of three
-// slots, one block an SM (Solo). Groups of 32 take no 8-token tiles
-// (streamTokenTiles), so this replaces one 16-token tile with x read from
-// memory and no early start. On the H200 (bench/NOTES.md, thirty-seventh
-// session), against that variant, 72 requests over 16 shapes (2048-18944
-// inputs, 2048-4096 outputs) at 9, 11, 12, 13 and 16 tokens were
-// 0.93-1.39 times as fast (median 1.13; 9 tokens median 1.22, 16 tokens
-// 1.05): 14336->4096 at 9 tokens 21.3 us against 29.0, 18944->3584 28.3
-// against 39.3, 4096^2 at 13 tokens 8.2 against 10.3; the losses were
-// short rows at 12-16 tokens (2560^2 at 12 tokens 7.5 against 7.0, 2880^2
-// at 16 7.9 against 7.8). At 16 tokens with at most half the SMs a block
-// it lost (8192->2048 13.1 against 12.5); fewer outputs were not
-// measured, where the variant before has four times the warps. In groups
-// of 64 and 128 the 8-token tiles mostly stay ahead (a 16-token tile like
-// this one won only at 9-10 tokens, by 1.01-1.21).
+// over rows of at least 2048 inputs, where one 16-token tile takes at most
+// a block per SM: x through the ring after the first steps' weights (XE),
+// so the kernel starts early, three slots, one block an SM (Solo). Groups
+// of 32 take no 8-token tiles (streamTokenTiles), so this replaces one
+// 16-token tile with x read from memory and no early start. Where two row
+// tiles a warp take at least a quarter of the SMs (more than half above 12
+// tokens), the tile has two row tiles and four warps; with fewer rows, at
+// 9-12 tokens and at least 512 outputs, it keeps the rule's warps and row
+// tiles (one row tile, 8 warps; two slots where three do not fit).
+//
+// On the H200 (bench/NOTES.md, thirty-seventh session), against the
+// variant before, 72 requests over 16 shapes (2048-18944 inputs,
+// 2048-4096 outputs) at 9, 11, 12, 13 and 16 tokens were 0.93-1.39 times
+// as fast (median 1.13; 9 tokens median 1.22, 16 tokens 1.05): 14336->4096
+// at 9 tokens 21.3 us against 29.0, 18944->3584 28.3 against 39.3, 4096^2
+// at 13 tokens 8.2 against 10.3; the losses were short rows at 12-16 tokens
+// (2560^2 at 12 tokens 7.5 against 7.0, 2880^2 at 16 7.9 against 7.8). At
+// 16 tokens with at most half the SMs a block it lost (8192->2048 13.1
+// against 12.5). With fewer rows, two row tiles and four warps lost
+// (0.84-1.15, median 0.93) where the rule's one row tile and 8 warps with
+// x in the ring won: 18 requests over 2048-18944 inputs and 512-1024
+// outputs at 9 and 12 tokens 1.18-1.42 times as fast (median 1.29;
+// 14336->1024 at 9 tokens 11.5 against 16.3). In groups of 64 and 128 the
+// 8-token tiles mostly stay ahead (a 16-token tile like this one won only
+// at 9-10 tokens, by 1.01-1.21).
 func streamTileRing(cfg StreamConfig, req sdk.Request, sms int) (StreamConfig, bool) {
 	rows := ceilDiv(req.OutFeatures, 32)
-	if cfg.Bits != 4 || cfg.Group != 32 || req.Tokens <= 8 || req.Tokens > 16 || req.InFeatures < 2048 ||
-		rows > sms || 4*rows < sms || (req.Tokens > 12 && 2*rows <= sms) {
+	if cfg.Bits != 4 || cfg.Group != 32 || req.Tokens <= 8 || req.Tokens > 16 || req.InFeatures < 2048 || rows > sms {
 		return cfg, false
 	}
 	tile := cfg
-	tile.MT, tile.NT, tile.KW, tile.D, tile.MinB = 2, 2, 4, 3, 1
 	tile.XT, tile.XE, tile.Solo = req.Tokens, true, true
+	switch {
+	case 4*rows >= sms && (req.Tokens <= 12 || 2*rows > sms):
+		tile.MT, tile.NT, tile.KW, tile.D, tile.MinB = 2, 2, 4, 3, 1
+	case 4*rows < sms && req.Tokens <= 12 && req.OutFeatures >= 512:
+		tile.D = 3
+		if tile.SharedBytes() > streamMaxShared {
+			tile.D = 2
+		}
+	default:
+		return cfg, false
+	}
 	if tile.SharedBytes() > streamMaxShared {
 		return cfg, false
 	}
@@ -263,9 +279,11 @@ func streamRowTiles(req sdk.Request, nt, sms int) int {
 	// leaves at most half the SMs a block: twice the blocks, each half the
 	// rows (8192->1024 at one token 5.3 us against 7.5, at 4 tokens 6.1
 	// against 8.4; 14336->1024 7.7 against 11.1; in groups of 128 8192->512
-	// 5.6 against 7.7; bench/NOTES.md, thirty-fifth session). Groups of 32
-	// were not measured.
-	if bits == 4 && group != 32 && nt == 1 && req.Tokens <= 8 && req.InFeatures > 4096 && 2*blocksOf(1) <= sms {
+	// 5.6 against 7.7; bench/NOTES.md, thirty-fifth session). In groups of
+	// 32 too: 24 requests over 5120-28672 inputs and 512-1024 outputs at 1,
+	// 4 and 8 tokens 1.22-1.77 times as fast (median 1.56; 14336->1024 at one
+	// token 7.6 against 11.8; thirty-seventh session).
+	if bits == 4 && nt == 1 && req.Tokens <= 8 && req.InFeatures > 4096 && 2*blocksOf(1) <= sms {
 		mt = 1
 	}
 	// 8-token tiles (9-16 tokens) in groups of 128: one row tile where that

@@ -132,7 +132,7 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		// half the SMs a block (8192->1024's 64), x in the ring.
 		{streamRequest(1, 8192, 1024, 4, 64), 1, 1, 8, 4, 3, 1, 1, 64},
 		{streamRequest(4, 14336, 1024, 4, 128), 1, 1, 8, 2, 3, 1, 4, 64},
-		{streamRequest(1, 8192, 1024, 4, 32), 2, 1, 8, 8, 3, 1, 1, 32}, // groups of 32: not measured
+		{streamRequest(1, 8192, 1024, 4, 32), 1, 1, 8, 8, 3, 1, 1, 64}, // groups of 32 too
 		// In groups of 128, one row tile where that leaves fewer than two
 		// blocks a SM (8192->1024's 128, 8192->2048's 256 with MINB 2), not
 		// at two (7168->2112: 132 blocks of two row tiles, not 264 of one);
@@ -142,17 +142,21 @@ func TestChooseStreamFollowsTheMeasuredRule(t *testing.T) {
 		{streamRequest(16, 7168, 2112, 4, 128), 2, 1, 8, 2, 2, 1, 0, 132},
 		{streamRequest(16, 4096, 4096, 4, 128), 2, 1, 8, 2, 2, 2, 0, 256},
 		// 9-16 tokens in 4-bit groups of 32 over at least 2048 inputs: one
-		// 16-token tile of two row tiles, four warps of three slots, x in
-		// the ring, where that takes at most a block per SM (18944->3584's
+		// 16-token tile of three slots, x in the ring: two row tiles and
+		// four warps where that takes at most a block per SM (18944->3584's
 		// 112, 14336->4096's 128) and at least a quarter of the SMs, above
 		// 12 tokens more than half (8192->2048's 64 at 12 tokens, not at
-		// 16; 14336->1024's 32 not at all); not over shorter rows, nor at
-		// 17 tokens.
+		// 16); with fewer rows the rule's one row tile and 8 warps, at 9-12
+		// tokens and at least 512 outputs (14336->1024, 4096->512; not at 16
+		// tokens, nor 256 outputs); not over shorter rows, nor at 17 tokens.
 		{streamRequest(9, 18944, 3584, 4, 32), 2, 2, 4, 8, 3, 1, 9, 112},
 		{streamRequest(16, 14336, 4096, 4, 32), 2, 2, 4, 8, 3, 1, 16, 128},
 		{streamRequest(12, 8192, 2048, 4, 32), 2, 2, 4, 8, 3, 1, 12, 64},
 		{streamRequest(16, 8192, 2048, 4, 32), 1, 2, 8, 8, 2, 1, 0, 128},
-		{streamRequest(12, 14336, 1024, 4, 32), 1, 2, 8, 8, 2, 1, 0, 64},
+		{streamRequest(12, 14336, 1024, 4, 32), 1, 2, 8, 8, 3, 1, 12, 64},
+		{streamRequest(9, 4096, 512, 4, 32), 1, 2, 8, 8, 3, 1, 9, 32},
+		{streamRequest(16, 14336, 1024, 4, 32), 1, 2, 8, 8, 2, 1, 0, 64},
+		{streamRequest(12, 4096, 256, 4, 32), 1, 2, 8, 8, 2, 1, 0, 16},
 		{streamRequest(12, 1024, 4096, 4, 32), 2, 2, 4, 8, 2, 1, 0, 128},
 		{streamRequest(17, 14336, 4096, 4, 32), 2, 4, 8, 8, 2, 1, 0, 128},
 		// The other widths: the fewest groups a step that make 64 bytes,

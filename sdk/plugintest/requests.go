@@ -108,6 +108,8 @@ func GPURequests() []sdk.Request {
 		a(16, 4096, 4104, 4, 64, true),    // qmm/stream at 16 tokens in two 8-token tiles (early start), a partial row block
 		a(11, 2048, 2056, 4, 128, true),   // qmm/stream's 8-token tiles, the second of 3 tokens, groups of 128
 		a(10, 3072, 3080, 4, 32, true),    // qmm/stream in groups of 32: one 16-token tile, x in the ring after the first weights (early start), a partial row block
+		a(12, 4096, 1024, 4, 32, false),   // ... with few rows: one row tile a warp, 8 warps
+		a(1, 8192, 1032, 4, 32, true),     // gemv/tensor-core in groups of 32 over long rows with few outputs: one row tile a warp, a partial row block
 		a(136, 4096, 17416, 4, 64, true),  // 137 row blocks: a whole wave of 132, then 5 split in 4
 		a(150, 4096, 25464, 4, 64, true),  // 199 row blocks: a whole wave of 132, then 67 shared by 132 stream-K blocks, some over two tiles
 		a(17, 4096, 14344, 4, 64, true),   // qmm/wgmma below 33 tokens (17 of a 64-token tile) and qmm/wave's two token tiles, a partial row block
