@@ -244,7 +244,8 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
         # 9-16 tokens in 4-bit groups of 32 (Go: streamTileRing): one 16-token tile, x through
         # the ring after the first steps' weights (XE: early start), three slots, one block an SM;
         # two row tiles and four warps where they take a quarter of the SMs or more (above 12
-        # tokens more than half), else at 9-12 tokens and 512 outputs or more the rule's
+        # tokens more than half), else at 9-12 tokens and 512 outputs or more the rule's row tiles
+        # and warps
         tile = None
         if sms <= 4 * rows32 and (tokens <= 12 or 2 * rows32 > sms):
             tile = dict(cfg, MT=2, NT=2, KW=4, D=3, XT=tokens, XE=1, _SOLO=1)

@@ -162,16 +162,17 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // 2048-4096 outputs) at 9, 11, 12, 13 and 16 tokens were 0.93-1.39 times
 // as fast (median 1.13; 9 tokens median 1.22, 16 tokens 1.05): 14336->4096
 // at 9 tokens 21.3 us against 29.0, 18944->3584 28.3 against 39.3, 4096^2
-// at 13 tokens 8.2 against 10.3; the losses were short rows at 12-16 tokens
-// (2560^2 at 12 tokens 7.5 against 7.0, 2880^2 at 16 7.9 against 7.8). At
+// at 13 tokens 8.2 against 10.3; the losses were short rows or few
+// outputs at 11-16 tokens (2560^2 at 12 tokens 7.5 against 7.0, 2880^2 at
+// 16 7.9 against 7.8, 14336->2048 at 12 19.2 against 19.0). At
 // 16 tokens with at most half the SMs a block it lost (8192->2048 13.1
 // against 12.5). With fewer rows, two row tiles and four warps lost
 // (0.84-1.15, median 0.93) where the rule's one row tile and 8 warps with
 // x in the ring won: 18 requests over 2048-18944 inputs and 512-1024
 // outputs at 9 and 12 tokens 1.18-1.42 times as fast (median 1.29;
 // 14336->1024 at 9 tokens 11.5 against 16.3). In groups of 64 and 128 the
-// 8-token tiles mostly stay ahead (a 16-token tile like this one won only
-// at 9-10 tokens, by 1.01-1.21).
+// 8-token tiles mostly stay ahead (a 16-token tile like this one won
+// mostly at 9-10 tokens, by 1.01-1.21; at 11 tokens 0.94-1.08).
 func streamTileRing(cfg StreamConfig, req sdk.Request, sms int) (StreamConfig, bool) {
 	rows := ceilDiv(req.OutFeatures, 32)
 	if cfg.Bits != 4 || cfg.Group != 32 || req.Tokens <= 8 || req.Tokens > 16 || req.InFeatures < 2048 || rows > sms {
