@@ -252,8 +252,6 @@ def stream_config(bits: int, group: int, tokens: int, in_f: int, out_f: int, sms
             tile.pop("MINB", None)
         elif 4 * rows32 < sms and tokens <= 12 and out_f >= 512:
             tile = dict(cfg, D=3, XT=tokens, XE=1, _SOLO=1)
-            if stream_smem_bytes(tile) > 227 * 1024:
-                tile["D"] = 2
         if tile and stream_smem_bytes(tile) <= 227 * 1024:
             cfg = tile
     if cfg.get("XT", 0) < 0:    # -1: x through the ring for every token of the tile

@@ -155,7 +155,7 @@ func ChooseStream(req sdk.Request, sms int) (StreamConfig, string) {
 // tiles a warp take at least a quarter of the SMs (more than half above 12
 // tokens), the tile has two row tiles and four warps; with fewer rows, at
 // 9-12 tokens and at least 512 outputs, it keeps the rule's warps and row
-// tiles (one row tile, 8 warps; two slots where three do not fit).
+// tiles (one row tile, 8 warps).
 //
 // On the H200 (bench/NOTES.md, thirty-seventh session), against the
 // variant before, 72 requests over 16 shapes (2048-18944 inputs,
@@ -179,15 +179,12 @@ func streamTileRing(cfg StreamConfig, req sdk.Request, sms int) (StreamConfig, b
 		return cfg, false
 	}
 	tile := cfg
-	tile.XT, tile.XE, tile.Solo = req.Tokens, true, true
+	tile.D, tile.XT, tile.XE, tile.Solo = 3, req.Tokens, true, true
 	switch {
 	case 4*rows >= sms && (req.Tokens <= 12 || 2*rows > sms):
-		tile.MT, tile.NT, tile.KW, tile.D, tile.MinB = 2, 2, 4, 3, 1
+		tile.MT, tile.NT, tile.KW, tile.MinB = 2, 2, 4, 1
 	case 4*rows < sms && req.Tokens <= 12 && req.OutFeatures >= 512:
-		tile.D = 3
-		if tile.SharedBytes() > streamMaxShared {
-			tile.D = 2
-		}
+		// the rule's row tiles and warps
 	default:
 		return cfg, false
 	}
