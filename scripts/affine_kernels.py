@@ -63,6 +63,7 @@ BULK_OVER = {}            # --bulk-over: macros every affine_bulk variant takes 
 BENCH_QUANT = (4, 64)     # --quant: the benchmark's bits and group size
 WG_OVER = {}              # --wg-over: macros every wg.cu variant takes (e.g. AW=3)
 PEAK_BW = 4.3e12          # bytes/s, cuBLAS GEMV weight-read ceiling measured on the H200
+ON_H200 = True            # the bandwidth target is the H200's (replaced by the device's name)
 NVRTC_OPTIONS = ("-arch=sm_90", "-std=c++17")
 
 
@@ -1716,6 +1717,8 @@ def target_mark(kind, in_f, out_f, t, sp, bw):
     if BENCH_QUANT != (4, 64):
         return ""
     if kind.startswith(("gemv", "stream", "bulk")) and t == 1 and in_f * out_f * 2 >= 64 * 2**20:
+        if not ON_H200:   # another card's memory is not 4.3 TB/s: judge the speed-up alone
+            return f"{'MET ' if sp >= 3.2 else 'MISS'} (>=3.2x; the 3.66 TB/s part is the H200's)"
         ok = sp >= 3.2 and bw >= 0.85 * PEAK_BW
         return f"{'MET ' if ok else 'MISS'} (>=3.2x and >=3.66 TB/s)"
     if kind.startswith(("qmm", "stream", "wg", "bulk", "wave")):
@@ -2491,8 +2494,9 @@ def main():
     nv = _nvrtc_or_none()
     print(f"# {dev.name}, {dev.multi_processor_count} SMs, torch {torch.__version__}, cupy {cupy.__version__}, "
           f"NVRTC {nv.version if nv else '(cupy)'} {nv.path if nv else ''}", flush=True)
-    global SMS
+    global SMS, ON_H200
     SMS = dev.multi_processor_count
+    ON_H200 = "H200" in dev.name
     t0 = time.time()
     ok = True
     if args.wg:
